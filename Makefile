@@ -1,0 +1,60 @@
+# Two commands matter: `make demo` and `make test`. Both set up what they need.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+export PYTHONDONTWRITEBYTECODE := 1
+# Molecule scenarios run by `make test`, in order.
+SCENARIOS ?= nvidia_cuda nvidia_cuda_upgrade nvidia_cuda_preinstalled default
+HARNESS_ENV = TESTHOST_IMAGE="$$($(PYTHON) tests/harness/hostsetup.py --print-image)" \
+              NVIDIA_MIRROR_DIR="$$($(PYTHON) tests/harness/mirror.py)"
+
+.PHONY: help venv hostsetup mirror lint pytest molecule test demo demo-clean clean
+
+help:
+	@echo "make demo   converge site.yml against a local simulated GPU host and print the report"
+	@echo "make test   lint, pytest and every molecule scenario ($(SCENARIOS))"
+	@echo "make lint | pytest | molecule [SCENARIOS=...] | demo-clean | clean"
+
+$(VENV)/.stamp: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.stamp
+
+# Podman, runc, containers.conf and the debootstrap test-host image (cached).
+hostsetup:
+	$(PYTHON) tests/harness/hostsetup.py
+
+# The local signed NVIDIA test mirror (cached).
+mirror:
+	$(PYTHON) tests/harness/mirror.py
+
+lint: venv
+	yamllint -s .
+	ansible-lint
+
+pytest: venv hostsetup mirror
+	$(HARNESS_ENV) pytest -q tests --ignore=tests/molecule
+
+molecule: venv hostsetup mirror
+	@for s in $(SCENARIOS); do \
+	  echo "== molecule test -s $$s"; start=$$(date +%s); \
+	  $(HARNESS_ENV) molecule test -s $$s; \
+	  echo "== molecule $$s: $$(( $$(date +%s) - start )) s"; \
+	done
+
+test: lint pytest molecule
+
+demo: venv hostsetup mirror
+	$(PYTHON) tests/harness/demo.py
+
+demo-clean:
+	$(PYTHON) tests/harness/demo.py --down
+
+clean: demo-clean
+	rm -rf $(VENV) .pytest_cache

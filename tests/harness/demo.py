@@ -1,0 +1,113 @@
+"""`make demo`: converge site.yml against a local simulated GPU host and print the reports.
+
+The simulated GPU host is a podman container running systemd (a real host in every
+respect but its GPUs, which the test mirror's driver package declares: a TEST
+DOUBLE). The NVIDIA repository is the local signed test mirror, served inside the
+host. Everything the playbooks do to the host is real.
+
+Usage: python3 tests/harness/demo.py [--recreate] [--down]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "harness"))
+
+import hostsetup  # noqa: E402
+import mirror  # noqa: E402
+
+HOST = "sglang-demo-gpu1"
+
+
+def log(msg: str) -> None:
+    print(f"[demo] {msg}", flush=True)
+
+
+def podman(*args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], check=check, text=True,
+                          capture_output=capture)
+
+
+def container_image(name: str) -> str | None:
+    res = podman("inspect", "--format", "{{.ImageName}}", name, check=False)
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def start_host(image: str, mirror_dir: Path, recreate: bool) -> None:
+    current = container_image(HOST)
+    if current and (recreate or current != image):
+        log(f"removing {HOST} ({'--recreate' if recreate else 'image changed'})")
+        podman("rm", "-f", HOST)
+        current = None
+    if current:
+        podman("start", HOST)
+        log(f"{HOST} already exists; reusing it (make demo-clean starts from scratch)")
+    else:
+        podman("run", "-d", "--name", HOST, "--hostname", HOST, "--systemd=always",
+               "-v", f"{mirror_dir}:/srv/nvidia-mirror:ro", image, "/sbin/init")
+        log(f"started {HOST} from {image}")
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        state = podman("exec", HOST, "systemctl", "is-system-running", check=False).stdout.strip()
+        if state in ("running", "degraded"):
+            break
+        time.sleep(1)
+    else:
+        raise SystemExit(f"{HOST}: systemd did not finish booting in 90 s (state: {state})")
+    unit = ("[Unit]\nDescription=TEST ONLY: local NVIDIA CUDA repository mirror\n[Service]\n"
+            "ExecStart=/usr/bin/python3 -m http.server 8088 --bind 127.0.0.1 --directory /srv/nvidia-mirror\n"
+            "[Install]\nWantedBy=multi-user.target\n")
+    podman("exec", HOST, "sh", "-c",
+           f"printf '%s' '{unit}' > /etc/systemd/system/test-nvidia-mirror.service && "
+           "systemctl daemon-reload && systemctl enable --now test-nvidia-mirror")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recreate", action="store_true", help="start from a fresh host")
+    ap.add_argument("--down", action="store_true", help="remove the demo host and exit")
+    args = ap.parse_args(argv)
+    if args.down:
+        podman("rm", "-f", "--ignore", HOST)
+        log(f"removed {HOST}")
+        return 0
+
+    image = hostsetup.image_ref()
+    if not hostsetup.image_exists(image):
+        raise SystemExit(f"image {image} missing: run `make hostsetup` first")
+    mirror_dir = mirror.ensure()
+    start_host(image, mirror_dir, args.recreate)
+
+    env = dict(os.environ, NVIDIA_MIRROR_DIR=str(mirror_dir), ANSIBLE_FORCE_COLOR="1")
+    log("ansible-playbook -i inventory/demo site.yml")
+    started = time.monotonic()
+    rc = subprocess.run(["ansible-playbook", "-i", "inventory/demo", "site.yml"], cwd=ROOT, env=env).returncode
+    if rc != 0:
+        log(f"site.yml failed (rc {rc})")
+        return rc
+    log(f"site.yml converged in {time.monotonic() - started:.0f} s")
+
+    report = json.loads(podman("exec", HOST, "cat", "/var/lib/nvidia-cuda/report.json").stdout)
+    gpus = report["gpus"]
+    print("\n== NVIDIA / CUDA report (simulated GPU host; GPUs are a TEST DOUBLE) ==")
+    print(f"driver   {report['driver']['version']} (branch {report['driver']['branch']}, "
+          f"CUDA up to {report['driver']['cuda_version']})")
+    print(f"GPUs     {report['gpu_count']} x {gpus[0]['name'] if gpus else '-'} "
+          f"(compute capability {', '.join(sorted({g['compute_cap'] for g in gpus}))})")
+    print(f"toolkit  CUDA {report['toolkit']['version']} (nvcc {report['toolkit']['release']})")
+    print(f"kernel   built for {report['kernel']['arch']}: machine code {report['kernel']['machine_code']}, "
+          f"run: {report['kernel']['run']}")
+    print(f"held     {', '.join(sorted(report['held_packages']))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""A real systemd test host in a podman container, for pytest.
+
+The container boots the project's test-host image (tests/harness/hostsetup.py) with
+the local NVIDIA test mirror mounted read-only and served on its loopback, as the
+molecule scenarios and `make demo` do.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+MIRROR_UNIT = (
+    "[Unit]\nDescription=TEST ONLY: local NVIDIA CUDA repository mirror\n[Service]\n"
+    "ExecStart=/usr/bin/python3 -m http.server 8088 --bind 127.0.0.1 --directory /srv/nvidia-mirror\n"
+    "[Install]\nWantedBy=multi-user.target\n"
+)
+
+
+class TestHost:
+    """Start with ``start()``, remove with ``remove()``; ``sh()`` runs a command inside."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, name: str, image: str, mirror_dir: Path):
+        self.name, self.image, self.mirror_dir = name, image, mirror_dir
+
+    def start(self, boot_timeout: float = 90) -> "TestHost":
+        subprocess.run(["podman", "rm", "-f", "--ignore", self.name], check=True, capture_output=True)
+        subprocess.run(["podman", "run", "-d", "--name", self.name, "--hostname", self.name,
+                        "--systemd=always", "-v", f"{self.mirror_dir}:/srv/nvidia-mirror:ro",
+                        self.image, "/sbin/init"], check=True, capture_output=True)
+        deadline = time.monotonic() + boot_timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.sh("systemctl is-system-running", check=False).stdout.strip()
+            if state in ("running", "degraded"):
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"{self.name}: systemd not running after {boot_timeout} s ({state})")
+        self.sh(f"cat > /etc/systemd/system/test-nvidia-mirror.service <<'EOF'\n{MIRROR_UNIT}EOF\n"
+                "systemctl daemon-reload && systemctl enable --now test-nvidia-mirror")
+        return self
+
+    def sh(self, script: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["podman", "exec", self.name, "bash", "-c", script],
+                              check=check, capture_output=True, text=True)
+
+    def remove(self) -> None:
+        subprocess.run(["podman", "rm", "-f", "--ignore", self.name], check=False, capture_output=True)
+
+    def inventory(self, path: Path, group: str = "gpu_hosts") -> Path:
+        path.write_text(
+            f"[{group}]\n{self.name} ansible_connection=containers.podman.podman "
+            "ansible_python_interpreter=/usr/bin/python3\n")
+        return path
