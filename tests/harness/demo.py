@@ -36,15 +36,16 @@ def podman(*args: str, check: bool = True, capture: bool = True) -> subprocess.C
                           capture_output=capture)
 
 
-def container_image(name: str) -> str | None:
-    res = podman("inspect", "--format", "{{.ImageName}}", name, check=False)
+def container_setup(name: str) -> str | None:
+    """Image and mounts of an existing container, or None."""
+    res = podman("inspect", "--format", "{{.ImageName}} {{range .Mounts}}{{.Source}} {{end}}", name, check=False)
     return res.stdout.strip() if res.returncode == 0 else None
 
 
 def start_host(image: str, mirror_dir: Path, recreate: bool) -> None:
-    current = container_image(HOST)
-    if current and (recreate or current != image):
-        log(f"removing {HOST} ({'--recreate' if recreate else 'image changed'})")
+    current = container_setup(HOST)
+    if current and (recreate or current != f"{image} {mirror_dir}"):
+        log(f"removing {HOST} ({'--recreate' if recreate else 'image or test mirror changed'})")
         podman("rm", "-f", HOST)
         current = None
     if current:

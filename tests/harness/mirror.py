@@ -141,7 +141,7 @@ def driver_packages(work: Path, out: Path, branch: str, spec: dict) -> None:
         "#!/bin/sh\n# TEST DOUBLE of nvidia-persistenced: keeps running, touches nothing.\n"
         "echo \"nvidia-persistenced TEST DOUBLE started (driver %s)\"\nexec sleep infinity\n" % spec["version"])
     (bindir / "nvidia-persistenced").chmod(0o755)
-    unit = root / "lib/systemd/system/nvidia-persistenced.service"
+    unit = root / "usr/lib/systemd/system/nvidia-persistenced.service"
     unit.parent.mkdir(parents=True)
     unit.write_text("[Unit]\nDescription=NVIDIA Persistence Daemon (TEST DOUBLE)\n\n"
                     "[Service]\nType=simple\nExecStart=/usr/bin/nvidia-persistenced\n\n"

@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_check_diff_on_converged_host_reports_no_change():
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run(
         ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / "site.yml"), "--check", "--diff"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
