@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "tests" / "harness"))
 
 import hostsetup  # noqa: E402
 import mirror  # noqa: E402
-from testhost import TestHost  # noqa: E402
+from testhost import TestHost, run_playbook as run_on_host  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -41,14 +41,6 @@ def run_playbook(harness, tmp_path):
     """Run a playbook against a test host with the demo inventory's group_vars."""
 
     def run(host: TestHost, playbook: Path, *args: str) -> subprocess.CompletedProcess:
-        inv_dir = tmp_path / "inventory"
-        inv_dir.mkdir(exist_ok=True)
-        host.inventory(inv_dir / "hosts.ini")
-        (inv_dir / "group_vars").unlink(missing_ok=True)
-        (inv_dir / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
-        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NVIDIA_MIRROR_DIR=str(harness["mirror"]),
-                   ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
-        return subprocess.run(["ansible-playbook", "-i", str(inv_dir), str(playbook), *args],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        return run_on_host(host, playbook, tmp_path / "inventory", harness["mirror"], *args)
 
     return run

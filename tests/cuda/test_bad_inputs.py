@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from testhost import SNAPSHOT  # tests/harness, on sys.path through conftest.py
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "cuda.yml"
@@ -40,10 +41,6 @@ CASES = [
     ("key-with-other-fingerprint", {"nvidia_cuda_repo_key_fingerprint": WRONG_KEY}, "not nvidia_cuda_repo_key_fingerprint"),
 ]
 
-SNAPSHOT = (
-    "find /etc /usr/local /usr/bin /var/lib/dpkg /var/lib/nvidia-cuda -xdev \\( -type f -o -type l \\) "
-    "-printf '%p %s %T@ %m\\n' 2>/dev/null | sort | sha256sum; apt-mark showhold | sha256sum"
-)
 
 
 @pytest.mark.parametrize("extra,expect", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

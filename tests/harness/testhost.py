@@ -56,3 +56,28 @@ class TestHost:
             f"[{group}]\n{self.name} ansible_connection=containers.podman.podman "
             "ansible_python_interpreter=/usr/bin/python3\n")
         return path
+
+
+def run_playbook(host: TestHost, playbook: Path, inventory_dir: Path, mirror_dir: Path,
+                 *args: str) -> subprocess.CompletedProcess:
+    """Run a playbook against ``host`` with the demo inventory's group_vars (test mirror)."""
+    import os
+
+    root = Path(__file__).resolve().parents[2]
+    inventory_dir.mkdir(parents=True, exist_ok=True)
+    host.inventory(inventory_dir / "hosts.ini")
+    group_vars = inventory_dir / "group_vars"
+    if not group_vars.is_symlink():
+        group_vars.symlink_to(root / "inventory" / "demo" / "group_vars")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(root / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(root / "roles"),
+               NVIDIA_MIRROR_DIR=str(mirror_dir), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    return subprocess.run(["ansible-playbook", "-i", str(inventory_dir), str(playbook), *args],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+
+
+# Fingerprint of what a role could touch: compared before and after a run that must fail early.
+SNAPSHOT = (
+    "find /etc /usr/local /usr/bin /opt /var/lib/dpkg /var/lib/nvidia-cuda /var/lib/sglang /var/cache/sglang "
+    "-xdev \\( -type f -o -type l \\) -printf '%p %s %T@ %m\\n' 2>/dev/null | sort | sha256sum; "
+    "apt-mark showhold | sha256sum; getent passwd | sha256sum"
+)
