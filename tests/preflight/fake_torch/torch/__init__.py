@@ -1,0 +1,35 @@
+"""TEST DOUBLE of torch, for the orchestration tests of gpu_preflight_allreduce.py.
+
+There is no torch (and no GPU) where the tests run. This package lets the orchestrator
+find "a Python with torch" and start its workers, and then makes them fail the way a
+broken NCCL setup does, chosen by FAKE_TORCH_MODE:
+
+- ``hang-init``: init_process_group never returns (a hung NCCL init);
+- ``crash-init``: init_process_group raises the error NCCL gives for a broken transport.
+
+It implements nothing else: a measurement needs the real torch (tests/device/).
+"""
+
+import os
+
+__version__ = "0.0.0+testdouble"
+MODE = os.environ.get("FAKE_TORCH_MODE", "hang-init")
+float32 = bfloat16 = float16 = "dtype"
+
+
+class version:  # noqa: N801 (torch's own spelling)
+    cuda = None
+
+
+class cuda:  # noqa: N801
+    @staticmethod
+    def is_available():
+        return False
+
+    @staticmethod
+    def device_count():
+        return 0
+
+
+def device(kind, index=None):
+    return (kind, index)
