@@ -1,0 +1,60 @@
+"""Verifier of molecule/sglang_bench: results, report, plot, and the regression gate."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+NAME = "molecule-sglang-bench"
+testinfra_hosts = [f"podman://{NAME}"]
+ROOT = Path(__file__).resolve().parents[3]
+RESULTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "bench-results" / NAME
+KEY = "test-only-key-bench-41c2"
+# The simulator's truth (files/sglang_sim.py): one request of N tokens takes
+# TTFT + (N - 1) / ACCEPT / DECODE seconds; here N=64, TTFT 0.15 s, ACCEPT 2.4, DECODE 40.
+TRUTH_TOK_S = 64 / (0.150 + 63 / 2.4 / 40)
+
+
+def converge(*extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    return subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+                           str(ROOT / "molecule" / "sglang_bench" / "converge.yml"), *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def results():
+    return sorted(RESULTS.glob("*.json"))
+
+
+def test_result_fetched_with_reference_figures():
+    files = results()
+    assert files, f"no results in {RESULTS}"
+    doc = json.loads(files[-1].read_text())
+    assert doc["ok"] and doc["label"] == "eagle3" and doc["ok_runs"] == 5
+    assert abs(doc["mean_tok_s"] - TRUTH_TOK_S) / TRUTH_TOK_S < 0.05, (doc["mean_tok_s"], TRUTH_TOK_S)
+    assert doc["min_tok_s"] <= doc["mean_tok_s"] <= doc["max_tok_s"]
+    env = doc["environment"]
+    assert env["release_id"] == "r1-patched" and env["host"] == NAME
+    assert KEY not in files[-1].read_text()
+
+
+def test_report_and_plot_rendered():
+    report = (RESULTS / "report.md").read_text()
+    assert "| eagle3 | 1 |" in report and "## Gate" in report and "- pass" in report
+    png = (RESULTS / "history.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_gate_fails_when_slower_than_threshold_and_passes_otherwise():
+    before = len(results())
+    slow = converge("-e", "bench_test_slowdown=1.25")  # 20% fewer tok/s: beyond the 5% gate
+    out = slow.stdout + slow.stderr
+    assert slow.returncode != 0, out[-3000:]
+    assert "Benchmark regression on molecule-sglang-bench" in out and "below the previous session" in out, out[-3000:]
+    assert len(results()) == before + 1  # the slow result is kept for the history
+    fine = converge("-e", "bench_test_slowdown=1.02")  # 2% slower than the first session, faster than the last
+    assert fine.returncode == 0, (fine.stdout + fine.stderr)[-3000:]
+    assert "vs previous" in fine.stdout
+    report = (RESULTS / "report.md").read_text()
+    assert report.count("| eagle3 |") >= 3  # the newest row plus the history

@@ -1,0 +1,140 @@
+"""Verifier of molecule/sglang_server: the service as users get it, checked from outside."""
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+NAME = "molecule-sglang-server"
+testinfra_hosts = [f"podman://{NAME}"]
+ROOT = Path(__file__).resolve().parents[3]
+KEY = "test-only-key-7f3a9c"
+HF = "hf_testonly_0d1e2f"
+URL = "http://127.0.0.1:30000"
+
+
+def curl(host, path, key=None):
+    auth = f"-H 'Authorization: Bearer {key}'" if key else ""
+    return host.run(f"curl -s -o /dev/null -w '%{{http_code}}' {auth} {URL}{path}").stdout
+
+
+def wait_ready(host, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if curl(host, "/health_generate") == "200":
+            return time.monotonic()
+        time.sleep(0.5)
+    raise AssertionError("server not ready in time:\n" + host.run("journalctl -u sglang-server -n 30 --no-pager").stdout)
+
+
+def test_service_enabled_running_and_ready(host):
+    svc = host.service("sglang-server")
+    assert svc.is_enabled and svc.is_running
+    assert curl(host, "/health_generate") == "200"
+
+
+def test_unit_runs_the_release_through_the_launcher_as_the_service_user(host):
+    unit = host.file("/etc/systemd/system/sglang-server.service").content_string
+    assert "ExecStart=/opt/sglang/current/venv/bin/python /opt/sglang/bin/sglang_launch.py --script" in unit
+    for arg in ['"--tp-size" \\', '"8"', '"--speculative-algorithm" \\', '"EAGLE3"', '"--speculative-num-draft-tokens"']:
+        assert arg in unit
+    props = host.check_output("systemctl show sglang-server -p User -p Restart -p NoNewPrivileges -p ProtectSystem "
+                              "-p ProtectHome -p PrivateTmp -p DevicePolicy -p LimitNOFILE -p TimeoutStartUSec")
+    for expected in ["User=sglang", "Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict",
+                     "ProtectHome=yes", "PrivateTmp=yes", "DevicePolicy=closed", "LimitNOFILE=1048576",
+                     "TimeoutStartUSec=15min"]:
+        assert expected in props
+    assert "video" in host.user("sglang").groups
+
+
+def test_secrets_only_in_the_0600_environment_file(host):
+    env = host.file("/etc/sglang/sglang-server.env")
+    assert env.user == "root" and env.mode == 0o600
+    assert KEY in env.content_string and HF in env.content_string
+    assert KEY not in host.file("/etc/systemd/system/sglang-server.service").content_string
+    assert KEY not in host.check_output("ps -eo args")
+    journal = host.check_output("journalctl -u sglang-server --no-pager -o cat")
+    assert KEY not in journal and HF not in journal
+    # The server does log its arguments with the key (as SGLang does); the launcher masks it.
+    assert "api_key='***'" in journal
+
+
+def test_api_key_enforced(host):
+    assert curl(host, "/v1/models") == "401"
+    assert curl(host, "/v1/models", key="wrong") == "401"
+    assert curl(host, "/v1/models", key=KEY) == "200"
+
+
+def test_caches_persist_under_var_cache(host):
+    env = host.file("/etc/sglang/sglang-server.env").content_string
+    assert 'FLASHINFER_WORKSPACE_BASE="/var/cache/sglang/flashinfer"' in env
+    assert 'TRITON_CACHE_DIR="/var/cache/sglang/triton"' in env
+    for sub in ["flashinfer", "triton", "torch"]:
+        d = host.file(f"/var/cache/sglang/{sub}")
+        assert d.is_directory and d.user == "sglang"
+
+
+def test_systemd_analyze_security_exposure(host):
+    out = host.check_output("systemd-analyze security sglang-server --no-pager 2>&1 | tail -1")
+    score = float(re.search(r"exposure level for sglang-server\.service: ([0-9.]+)", out).group(1))
+    print(f"systemd-analyze security exposure: {score}")
+    assert score <= 4.5, out
+
+
+def test_kill_9_restarts_and_serves_again(host):
+    pid = host.check_output("systemctl show -p MainPID --value sglang-server")
+    host.run_expect([0], f"kill -9 {pid}")
+    killed = time.monotonic()
+    time.sleep(1)
+    ready = wait_ready(host, timeout=90)
+    new_pid = host.check_output("systemctl show -p MainPID --value sglang-server")
+    assert new_pid != pid
+    print(f"restart after kill -9: ready again in {ready - killed:.1f} s")
+
+
+def switch_current(host, release):
+    host.run_expect([0], f"ln -sfnT /opt/sglang/releases/{release} /opt/sglang/current.new && "
+                         "mv -T /opt/sglang/current.new /opt/sglang/current")
+
+
+def converge(*extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    started = time.monotonic()
+    proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+                           str(ROOT / "molecule" / "sglang_server" / "converge.yml"), *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return proc, time.monotonic() - started
+
+
+def test_checks_refuse_an_unpatched_release_in_seconds_without_a_restart(host):
+    pid = host.check_output("systemctl show -p MainPID --value sglang-server")
+    switch_current(host, "r2-unpatched")
+    proc, elapsed = converge()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert "is not ready for EAGLE3" in out and "set_eagle3_layers_to_capture is missing" in out, out[-4000:]
+    assert "Nothing was restarted" in out and "current points at /opt/sglang/releases/r1-patched again" in out
+    assert host.check_output("systemctl show -p MainPID --value sglang-server") == pid
+    assert host.file("/opt/sglang/current").linked_to == "/opt/sglang/releases/r1-patched"
+    assert curl(host, "/health_generate") == "200"
+    print(f"unpatched release refused by the pre-start checks: whole play {elapsed:.1f} s")
+
+
+def test_upgrade_that_fails_readiness_rolls_back(host):
+    """A failure the checks cannot see (here: checks off) crashes the server; the role rolls back."""
+    switch_current(host, "r2-unpatched")
+    proc, elapsed = converge("-e", "sglang_server_preflight_checks=false")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert "AttributeError: 'KimiK25ForConditionalGeneration' object has no attribute" in out, out[-4000:]
+    assert "release r2-unpatched did not become ready" in out, out[-4000:]
+    assert "Rolled back: current -> /opt/sglang/releases/r1-patched" in out and "serves again" in out, out[-4000:]
+    assert host.file("/opt/sglang/current").linked_to == "/opt/sglang/releases/r1-patched"
+    assert curl(host, "/health_generate") == "200"
+    assert KEY not in out
+    print(f"failed upgrade + rollback, whole play: {elapsed:.1f} s")
