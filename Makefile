@@ -8,11 +8,12 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export PYTHONDONTWRITEBYTECODE := 1
 # Molecule scenarios run by `make test`, in order.
-SCENARIOS ?= nvidia_cuda nvidia_cuda_upgrade nvidia_cuda_preinstalled default
+SCENARIOS ?= nvidia_cuda nvidia_cuda_upgrade nvidia_cuda_preinstalled gpu_preflight sglang_build sglang_server sglang_bench default
 HARNESS_ENV = TESTHOST_IMAGE="$$($(PYTHON) tests/harness/hostsetup.py --print-image)" \
+              SGLANG_SOURCES_DIR="$$($(PYTHON) tests/harness/sources.py)" \
               NVIDIA_MIRROR_DIR="$$($(PYTHON) tests/harness/mirror.py)"
 
-.PHONY: help venv hostsetup mirror lint pytest molecule test demo demo-clean clean
+.PHONY: help venv hostsetup mirror sources lint pytest molecule test demo demo-clean clean
 
 help:
 	@echo "make demo   converge site.yml against a local simulated GPU host and print the report"
@@ -34,14 +35,18 @@ hostsetup:
 mirror:
 	$(PYTHON) tests/harness/mirror.py
 
+# Real SGLang/FlashInfer sources as local git repositories, and a wheelhouse (cached).
+sources:
+	$(PYTHON) tests/harness/sources.py
+
 lint: venv
 	yamllint -s .
 	ansible-lint
 
-pytest: venv hostsetup mirror
+pytest: venv hostsetup mirror sources
 	$(HARNESS_ENV) pytest -q tests --ignore=tests/molecule
 
-molecule: venv hostsetup mirror
+molecule: venv hostsetup mirror sources
 	@for s in $(SCENARIOS); do \
 	  echo "== molecule test -s $$s"; start=$$(date +%s); \
 	  $(HARNESS_ENV) molecule test -s $$s; \
@@ -50,7 +55,7 @@ molecule: venv hostsetup mirror
 
 test: lint pytest molecule
 
-demo: venv hostsetup mirror
+demo: venv hostsetup mirror sources
 	$(PYTHON) tests/harness/demo.py
 
 demo-clean:

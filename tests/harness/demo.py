@@ -2,8 +2,10 @@
 
 The simulated GPU host is a podman container running systemd (a real host in every
 respect but its GPUs, which the test mirror's driver package declares: a TEST
-DOUBLE). The NVIDIA repository is the local signed test mirror, served inside the
-host. Everything the playbooks do to the host is real.
+DOUBLE). The NVIDIA repository is the local signed test mirror and SGLang's sources
+are local git repositories made from its PyPI sdists, both served inside the host.
+With no GPU, the server runs the labelled SGLang simulator (files/sglang_sim.py).
+Everything else the playbooks do to the host is real.
 
 Usage: python3 tests/harness/demo.py [--recreate] [--down]
 """
@@ -23,6 +25,7 @@ sys.path.insert(0, str(ROOT / "tests" / "harness"))
 
 import hostsetup  # noqa: E402
 import mirror  # noqa: E402
+import sources  # noqa: E402
 
 HOST = "sglang-demo-gpu1"
 
@@ -42,9 +45,9 @@ def container_setup(name: str) -> str | None:
     return res.stdout.strip() if res.returncode == 0 else None
 
 
-def start_host(image: str, mirror_dir: Path, recreate: bool) -> None:
+def start_host(image: str, mirror_dir: Path, sources_dir: Path, recreate: bool) -> None:
     current = container_setup(HOST)
-    if current and (recreate or current != f"{image} {mirror_dir}"):
+    if current and (recreate or sorted(current.split()) != sorted([image, str(mirror_dir), str(sources_dir)])):
         log(f"removing {HOST} ({'--recreate' if recreate else 'image or test mirror changed'})")
         podman("rm", "-f", HOST)
         current = None
@@ -53,7 +56,8 @@ def start_host(image: str, mirror_dir: Path, recreate: bool) -> None:
         log(f"{HOST} already exists; reusing it (make demo-clean starts from scratch)")
     else:
         podman("run", "-d", "--name", HOST, "--hostname", HOST, "--systemd=always",
-               "-v", f"{mirror_dir}:/srv/nvidia-mirror:ro", image, "/sbin/init")
+               "-v", f"{mirror_dir}:/srv/nvidia-mirror:ro", "-v", f"{sources_dir}:/srv/sglang-sources:ro",
+               image, "/sbin/init")
         log(f"started {HOST} from {image}")
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -63,13 +67,15 @@ def start_host(image: str, mirror_dir: Path, recreate: bool) -> None:
         time.sleep(1)
     else:
         raise SystemExit(f"{HOST}: systemd did not finish booting in 90 s (state: {state})")
-    unit = ("[Unit]\nDescription=TEST ONLY: local NVIDIA CUDA repository mirror\n[Service]\n"
-            "ExecStart=/usr/bin/python3 -m http.server 8088 --bind 127.0.0.1 --directory /srv/nvidia-mirror\n"
-            "[Install]\nWantedBy=multi-user.target\n")
-    podman("exec", HOST, "sh", "-c",
-           f"printf '%s' '{unit}' > /etc/systemd/system/test-nvidia-mirror.service && "
-           "systemctl daemon-reload && systemctl enable --now test-nvidia-mirror")
-
+    for name, port, directory, what in (
+            ("test-nvidia-mirror", 8088, "/srv/nvidia-mirror", "local NVIDIA CUDA repository mirror"),
+            ("test-sglang-sources", 8089, "/srv/sglang-sources", "local SGLang sources")):
+        unit = (f"[Unit]\nDescription=TEST ONLY: {what}\n[Service]\n"
+                f"ExecStart=/usr/bin/python3 -m http.server {port} --bind 127.0.0.1 --directory {directory}\n"
+                "[Install]\nWantedBy=multi-user.target\n")
+        podman("exec", HOST, "sh", "-c",
+               f"printf '%s' '{unit}' > /etc/systemd/system/{name}.service && "
+               f"systemctl daemon-reload && systemctl enable --now {name}")
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -85,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     if not hostsetup.image_exists(image):
         raise SystemExit(f"image {image} missing: run `make hostsetup` first")
     mirror_dir = mirror.ensure()
-    start_host(image, mirror_dir, args.recreate)
+    sources_dir = sources.ensure()
+    start_host(image, mirror_dir, sources_dir, args.recreate)
 
     env = dict(os.environ, NVIDIA_MIRROR_DIR=str(mirror_dir), ANSIBLE_FORCE_COLOR="1")
     log("ansible-playbook -i inventory/demo site.yml")
@@ -107,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kernel   built for {report['kernel']['arch']}: machine code {report['kernel']['machine_code']}, "
           f"run: {report['kernel']['run']}")
     print(f"held     {', '.join(sorted(report['held_packages']))}")
+
+    bench = ROOT / "bench-results" / HOST / "report.md"
+    if bench.exists():
+        print(f"\n== Benchmark report (SIMULATED server: files/sglang_sim.py; {bench.relative_to(ROOT)}) ==")
+        text = bench.read_text()
+        print(text.split("## History")[0].strip())
+        print(f"\nhistory and plot: {bench.parent.relative_to(ROOT)}/ (report.md, history.png)")
     return 0
 
 

@@ -8,9 +8,9 @@ verifies by fingerprint, exactly as it does NVIDIA's.
 
 What is real and what is a test double:
 
-* ``cuda-nvcc-13-0`` and ``cuda-cudart-dev-13-0`` carry the real CUDA 13.0 compiler,
-  headers and static runtime, repackaged from NVIDIA's PyPI wheels
-  (``nvidia-cuda-nvcc`` etc.) into the toolkit's own layout under
+* ``cuda-nvcc-13-0``, ``cuda-cudart-dev-13-0`` and ``cuda-cccl-13-0`` carry the real CUDA
+  13.0 compiler, headers (CCCL: ``<nv/target>``, libcu++, CUB, Thrust) and static runtime,
+  repackaged from NVIDIA's PyPI wheels (``nvidia-cuda-nvcc`` etc.) into the toolkit's own layout under
   ``/usr/local/cuda-13.0``: the role's toolkit check compiles a real kernel for
   sm_120a on a test host.
 * the driver packages (two branches) ship a TEST DOUBLE ``nvidia-smi`` that reports the
@@ -57,13 +57,14 @@ FIXTURE = {
         "590": {"version": "590.48.01", "revision": "1", "cuda": "13.1"},
     },
     "toolkit": {
-        "13.0": {"toolkit": "13.0.2-1", "nvcc": "13.0.88-1", "cudart": "13.0.96-1"},
+        "13.0": {"toolkit": "13.0.2-1", "nvcc": "13.0.88-1", "cudart": "13.0.96-1", "cccl": "13.0.85-1"},
     },
     "wheels": [
         "nvidia-cuda-nvcc==13.0.88",
         "nvidia-cuda-runtime==13.0.96",
         "nvidia-cuda-crt==13.0.88",
         "nvidia-nvvm==13.0.88",
+        "nvidia-cuda-cccl==13.0.85",
     ],
 }
 
@@ -168,7 +169,9 @@ def toolkit_packages(work: Path, out: Path, wheels: Path, cuda: str, spec: dict)
     nvcc = work / "nvcc"
     shutil.copytree(cu / "bin", nvcc / prefix / "bin")
     shutil.copytree(cu / "nvvm", nvcc / prefix / "nvvm")
-    shutil.copytree(cu / "include", nvcc / target / "include")
+    # include/cccl belongs to cuda-cccl-13-0, as in NVIDIA's repository.
+    shutil.copytree(cu / "include", nvcc / target / "include",
+                    ignore=lambda d, names: ["cccl"] if Path(d) == cu / "include" else [])
     (nvcc / prefix / "include").symlink_to("targets/x86_64-linux/include")
     for exe in (nvcc / prefix).rglob("*"):
         if exe.is_file() and (exe.parent.name == "bin" or exe.name == "cicc"):
@@ -180,17 +183,24 @@ def toolkit_packages(work: Path, out: Path, wheels: Path, cuda: str, spec: dict)
     rt = work / "cudart"
     (rt / target / "lib").mkdir(parents=True)
     for lib in (cu / "lib").iterdir():
-        shutil.copy2(lib, rt / target / "lib" / lib.name)
+        if lib.is_file():  # the CCCL wheel adds lib/cmake/ (CMake configs): not the runtime's
+            shutil.copy2(lib, rt / target / "lib" / lib.name)
     (rt / prefix / "lib64").parent.mkdir(parents=True, exist_ok=True)
     (rt / prefix / "lib64").symlink_to("targets/x86_64-linux/lib")
     build_deb(rt, control(f"cuda-cudart-dev-{dashed}", spec["cudart"],
                           f"CUDA runtime {cuda}: static and shared libraries"), out)
 
+    cccl = work / "cccl"
+    shutil.copytree(cu / "include" / "cccl", cccl / target / "include" / "cccl")
+    build_deb(cccl, control(f"cuda-cccl-{dashed}", spec["cccl"],
+                            f"CUDA CCCL {cuda}: libcu++, CUB and Thrust headers (nvcc's -isystem include/cccl)"), out)
+
     meta = work / "toolkit"
     meta.mkdir()
     build_deb(meta, control(
         f"cuda-toolkit-{dashed}", spec["toolkit"], f"CUDA Toolkit {cuda} meta-package",
-        depends=f"cuda-nvcc-{dashed} (>= {spec['nvcc']}), cuda-cudart-dev-{dashed} (>= {spec['cudart']})"), out)
+        depends=(f"cuda-nvcc-{dashed} (>= {spec['nvcc']}), cuda-cudart-dev-{dashed} (>= {spec['cudart']}), "
+                 f"cuda-cccl-{dashed} (>= {spec['cccl']})")), out)
 
 
 def gpg(home: Path, *args: str, **kw) -> subprocess.CompletedProcess:

@@ -58,3 +58,32 @@ def test_gate_fails_when_slower_than_threshold_and_passes_otherwise():
     assert "vs previous" in fine.stdout
     report = (RESULTS / "report.md").read_text()
     assert report.count("| eagle3 |") >= 3  # the newest row plus the history
+
+
+def test_ab_mode_measures_baseline_and_eagle3_and_reports_the_speedup():
+    proc = converge("-e", "sglang_bench_mode=ab", "-e", "sglang_bench_gate=false")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "EAGLE-3 speedup" in out, out[-3000:]
+    session = sorted(results())[-1].name.split("-", 1)[0]
+    labels = {json.loads(p.read_text())["label"]: json.loads(p.read_text()) for p in RESULTS.glob(f"{session}-*.json")}
+    assert set(labels) == {"baseline", "eagle3"}
+    # The simulator's truth: without speculation one token per step, with EAGLE-3 2.4.
+    assert labels["baseline"]["environment"]["server_args"]["speculative_algorithm"] is None
+    speedup = labels["eagle3"]["mean_tok_s"] / labels["baseline"]["mean_tok_s"]
+    truth = TRUTH_TOK_S / (64 / (0.150 + 63 / 40))
+    assert abs(speedup - truth) / truth < 0.05, (speedup, truth)
+    assert f"**{speedup:.3f}x**" in (RESULTS / "report.md").read_text()
+
+
+def test_sweep_mode_measures_throughput_per_concurrency():
+    proc = converge("-e", "sglang_bench_mode=sweep", "-e", '{"sglang_bench_sweep_concurrency": [1, 4]}',
+                    "-e", "sglang_bench_gate=false")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    session = sorted(results())[-1].name.split("-", 1)[0]
+    docs = [json.loads(p.read_text()) for p in RESULTS.glob(f"{session}-sweep-c*.json")]
+    by_level = {d["concurrency"]: d for d in docs}
+    assert set(by_level) == {1, 4}
+    assert by_level[4]["ok_runs"] == 8 and by_level[1]["ok_runs"] == 2
+    assert by_level[4]["aggregate_tok_s"] > 3 * by_level[1]["aggregate_tok_s"]  # four streams in flight
