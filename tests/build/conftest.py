@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,10 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "harness"))
 
-import hostsetup  # noqa: E402
-import mirror  # noqa: E402
 import sources  # noqa: E402
-from testhost import MIRROR_UNIT, TestHost  # noqa: E402
+from testhost import MIRROR_UNIT, TestHost, harness_or_skip  # noqa: E402
 
 SOURCES_UNIT = (
     "[Unit]\nDescription=TEST ONLY: local SGLang sources (tests/harness/sources.py)\n[Service]\n"
@@ -61,13 +58,7 @@ class BuildHost(TestHost):
 
 @pytest.fixture(scope="session")
 def harness():
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (run `make hostsetup`)")
-    image = os.environ.get("TESTHOST_IMAGE") or hostsetup.image_ref()
-    if not hostsetup.image_exists(image):
-        pytest.skip(f"test-host image {image} missing (run `make hostsetup`)")
-    return {"image": image, "mirror": Path(os.environ.get("NVIDIA_MIRROR_DIR") or mirror.ensure()),
-            "sources": Path(os.environ.get("SGLANG_SOURCES_DIR") or sources.ensure())}
+    return dict(harness_or_skip(), sources=Path(os.environ.get("SGLANG_SOURCES_DIR") or sources.ensure()))
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,19 +11,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "harness"))
 
-import hostsetup  # noqa: E402
-import mirror  # noqa: E402
-from testhost import TestHost, run_playbook as run_on_host  # noqa: E402
+from testhost import TestHost, run_playbook as run_on_host, harness_or_skip  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def harness():
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (run `make hostsetup`)")
-    image = os.environ.get("TESTHOST_IMAGE") or hostsetup.image_ref()
-    if not hostsetup.image_exists(image):
-        pytest.skip(f"test-host image {image} missing (run `make hostsetup`)")
-    return {"image": image, "mirror": Path(os.environ.get("NVIDIA_MIRROR_DIR") or mirror.ensure())}
+    return harness_or_skip()
 
 
 @pytest.fixture(scope="module")

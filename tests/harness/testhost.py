@@ -81,3 +81,24 @@ SNAPSHOT = (
     "-xdev \\( -type f -o -type l \\) -printf '%p %s %T@ %m\\n' 2>/dev/null | sort | sha256sum; "
     "apt-mark showhold | sha256sum; getent passwd | sha256sum"
 )
+
+
+def harness_or_skip() -> dict:
+    """The test-host image and the test mirror, or a pytest skip saying what to run first.
+
+    Shared by the conftests whose tests need a real container host.
+    """
+    import os
+    import shutil
+
+    import pytest
+
+    import hostsetup
+    import mirror
+
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (run `make hostsetup`)")
+    image = os.environ.get("TESTHOST_IMAGE") or hostsetup.image_ref()
+    if not hostsetup.image_exists(image):
+        pytest.skip(f"test-host image {image} missing (run `make hostsetup`)")
+    return {"image": image, "mirror": Path(os.environ.get("NVIDIA_MIRROR_DIR") or mirror.ensure())}

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +14,7 @@ ROLE = ROOT / "roles" / "gpu_preflight"
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(ROOT / "tests" / "harness"))
 
-import hostsetup  # noqa: E402
-import mirror  # noqa: E402
-from testhost import TestHost, run_playbook as run_on_host  # noqa: E402
+from testhost import TestHost, run_playbook as run_on_host, harness_or_skip  # noqa: E402
 
 
 def load(name: str, path: Path):
@@ -45,12 +41,7 @@ def report_module():
 
 @pytest.fixture(scope="session")
 def harness():
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (run `make hostsetup`)")
-    image = os.environ.get("TESTHOST_IMAGE") or hostsetup.image_ref()
-    if not hostsetup.image_exists(image):
-        pytest.skip(f"test-host image {image} missing (run `make hostsetup`)")
-    return {"image": image, "mirror": Path(os.environ.get("NVIDIA_MIRROR_DIR") or mirror.ensure())}
+    return harness_or_skip()
 
 
 @pytest.fixture(scope="module")
