@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export PYTHONDONTWRITEBYTECODE := 1
 # Molecule scenarios run by `make test`, in order.
-SCENARIOS ?= nvidia_cuda nvidia_cuda_upgrade nvidia_cuda_preinstalled gpu_preflight sglang_build sglang_server sglang_bench default
+SCENARIOS ?= nvidia_cuda nvidia_cuda_upgrade nvidia_cuda_preinstalled gpu_preflight sglang_build sglang_eagle3_patch sglang_server sglang_bench multihost default
 HARNESS_ENV = TESTHOST_IMAGE="$$($(PYTHON) tests/harness/hostsetup.py --print-image)" \
               SGLANG_SOURCES_DIR="$$($(PYTHON) tests/harness/sources.py)" \
               NVIDIA_MIRROR_DIR="$$($(PYTHON) tests/harness/mirror.py)"

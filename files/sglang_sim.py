@@ -14,7 +14,8 @@ Endpoints: GET /health, /health_generate (503 until ready, then 200 after ~1 s, 
 health check runs a 1-token generation and polls once a second), /get_server_info and
 /server_info (server args, internal_states[0].avg_spec_accept_length when speculative,
 updated at each "Decode batch" log line, every --decode-log-interval steps, as in SGLang;
-version), /get_model_info and /model_info, /v1/models; POST /generate (native; JSON or SSE
+version), /get_model_info and /model_info, /v1/models, /v1/loads and /get_load (running and
+queued requests, for draining a host before a restart); POST /generate (native; JSON or SSE
 with "stream": true), /v1/completions, /v1/chat/completions (JSON or SSE; usage in the
 response, per chunk with stream_options.continuous_usage_stats, and as a final chunk with
 stream_options.include_usage).  With --api-key every request needs `Authorization: Bearer
@@ -78,6 +79,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import datetime
 import gc
 import json
 import logging
@@ -750,6 +752,8 @@ class SimServer:
             "/get_server_info": (("GET",), self.server_info),
             "/server_info": (("GET",), self.server_info),
             "/v1/models": (("GET",), self.models),
+            "/v1/loads": (("GET",), self.loads),
+            "/get_load": (("GET",), self.get_load),
             "/generate": (("POST", "PUT"), self.generate),
             "/v1/completions": (("POST",), self.completions),
             "/v1/chat/completions": (("POST",), self.chat_completions),
@@ -843,6 +847,35 @@ class SimServer:
             "id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
             "root": name, "parent": None, "max_model_len": self.args.get("context_length") or 262144,
         }]})
+
+    def _load_counts(self) -> tuple[int, int]:
+        """(running, waiting) as SGLang's scheduler counts them: admitted requests, queue."""
+        waiting = len(self.engine.waiting)
+        return self.engine.admitted, waiting
+
+    async def loads(self, req: HttpRequest, out: Responder) -> None:
+        """/v1/loads of SGLang 0.5.9 (entrypoints/v1_loads.py): one DP rank, JSON format only."""
+        running, waiting = self._load_counts()
+        cap = self.engine.max_running or 0
+        load = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting,
+                "num_used_tokens": 0, "max_total_num_tokens": 0, "token_usage": 0.0,
+                "gen_throughput": self.engine.last_gen_throughput, "cache_hit_rate": 0.0,
+                "utilization": round(running / cap, 4) if cap else 0.0, "max_running_requests": cap,
+                "num_total_reqs": running + waiting}
+        await out.send_json(200, {
+            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "version": self.version, "dp_rank_count": 1, "loads": [load], "simulator": True,
+            "aggregate": {"total_running_reqs": running, "total_waiting_reqs": waiting,
+                          "total_reqs": running + waiting, "avg_token_usage": 0.0,
+                          "avg_throughput": round(self.engine.last_gen_throughput, 2),
+                          "avg_utilization": load["utilization"]},
+        })
+
+    async def get_load(self, req: HttpRequest, out: Responder) -> None:
+        """The deprecated /get_load (what sglang-router's /get_loads asks each worker)."""
+        running, waiting = self._load_counts()
+        await out.send_json(200, [{"dp_rank": 0, "num_reqs": running + waiting, "num_waiting_reqs": waiting,
+                                   "num_tokens": 0, "ts_tic": time.time()}])
 
     # ---- generation
 

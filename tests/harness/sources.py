@@ -13,7 +13,8 @@ bind-mount read-only at /srv/sglang-sources and serve on 127.0.0.1:8089
     wheelhouse/         build requirements (setuptools, setuptools-scm, wheel,
                         packaging, apache-tvm-ffi), the real sgl-kernel 0.3.21
                         wheel, a torch CPU wheel (TEST ONLY: CUDA torch does
-                        not fit here) and NVIDIA's CCCL headers wheel
+                        not fit here), NVIDIA's CCCL headers wheel, and the
+                        router hosts' sglang-router with its dependencies
 
 Downloads are cached under ~/.cache/sglang-ansible (SGLANG_ANSIBLE_CACHE); the
 result lives in a directory named after a hash of this recipe and is rebuilt only
@@ -29,6 +30,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +56,10 @@ CCCL_WHEEL = "nvidia-cuda-cccl==13.0.85"
 # TEST ONLY: the reference host gets torch 2.9.1+cu130 from PyTorch's cu130 index.
 TORCH_WHEEL = "torch==2.13.0+cpu"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+# The router hosts' pinned sglang-router and its dependencies (role sglang_router's default).
+ROUTER_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "sglang_router" / "defaults" / "main.yml"
+ROUTER_VERSION = re.search(r'^sglang_router_version: "([^"]+)"', ROUTER_DEFAULTS.read_text(), re.M).group(1)
+ROUTER_WHEEL = f"sglang-router=={ROUTER_VERSION}"
 # What the isolated source builds of sglang and flashinfer ask for (their pyproject.toml).
 BUILD_REQUIREMENTS = ["setuptools>=77", "setuptools-scm>=8", "wheel", "packaging>=24",
                       "apache-tvm-ffi>=0.1.6,!=0.1.8,!=0.1.8.post0,<0.2"]
@@ -71,7 +77,7 @@ def log(msg: str) -> None:
 
 def recipe() -> dict:
     return {"sglang": SGLANG_VERSIONS, "flashinfer": FLASHINFER_VERSION, "sgl_kernel": SGL_KERNEL_WHEEL,
-            "torch": TORCH_WHEEL, "cccl": CCCL_WHEEL, "build": BUILD_REQUIREMENTS, "not_in_git": NOT_IN_GIT, "layout": 2}
+            "torch": TORCH_WHEEL, "cccl": CCCL_WHEEL, "router": ROUTER_WHEEL, "build": BUILD_REQUIREMENTS, "not_in_git": NOT_IN_GIT, "layout": 2}
 
 
 def recipe_hash() -> str:
@@ -113,7 +119,7 @@ def sdist(name: str, version: str) -> Path:
 
 
 def wheels() -> Path:
-    """Build requirements, sgl-kernel and torch wheels for the test hosts' Python 3.11."""
+    """Build requirements, sgl-kernel, torch and sglang-router wheels for the test hosts' Python 3.11."""
     stamp = WHEELS / f".complete-{recipe_hash()}"
     if stamp.exists():
         return WHEELS
@@ -123,6 +129,7 @@ def wheels() -> Path:
     pip(*common, *BUILD_REQUIREMENTS)
     pip(*common, "--no-deps", SGL_KERNEL_WHEEL, CCCL_WHEEL)
     pip(*common, "--no-deps", "--extra-index-url", TORCH_INDEX, TORCH_WHEEL)
+    pip(*common, ROUTER_WHEEL)
     stamp.touch()
     return WHEELS
 

@@ -1,0 +1,1 @@
+../../../files/sglang_launch.py

@@ -1,0 +1,169 @@
+#!/usr/bin/python
+"""Ansible module: register or remove workers in a running sglang-router (0.3.x worker API)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_router_workers
+short_description: Register or remove SGLang workers in a running sglang-router
+description:
+  - Talks to the router's worker API (sglang-router 0.3.x) C(GET /workers), C(POST /workers)
+    and C(DELETE /workers/{id}); the router applies both asynchronously (202), so the module
+    polls C(GET /workers) until the change is visible, or fails after I(timeout) seconds.
+  - Removing a worker stops new requests to it; requests already streaming from it finish.
+  - Runs on the router host (or any host that reaches the router).
+options:
+  router_url:
+    description: Base URL of the router, e.g. C(http://127.0.0.1:30080).
+    type: str
+    required: true
+  api_key:
+    description: The router's API key (sent as a bearer token); empty for none.
+    type: str
+    default: ""
+    no_log: true
+  workers:
+    description: Worker URLs to register (present) or remove (absent).
+    type: list
+    elements: str
+    required: true
+  state:
+    description: C(present) registers missing workers, C(absent) removes registered ones.
+    type: str
+    choices: [present, absent]
+    default: present
+  wait_healthy:
+    description: With C(present), also wait until the router reports every listed worker healthy.
+    type: bool
+    default: false
+  timeout:
+    description: Seconds to wait for the router to apply the change (and for health).
+    type: int
+    default: 60
+author: sglang-ansible
+"""
+
+EXAMPLES = r"""
+- name: Take this host out of the router
+  sglang_router_workers:
+    router_url: http://127.0.0.1:30080
+    api_key: "{{ vault_sglang_api_key }}"
+    workers: [http://gpu1:30000]
+    state: absent
+"""
+
+RETURN = r"""
+added:
+  description: Worker URLs registered by this run.
+  type: list
+  returned: always
+removed:
+  description: Worker URLs removed by this run.
+  type: list
+  returned: always
+workers:
+  description: The router's workers after the run, as {url, healthy}.
+  type: list
+  returned: always
+"""
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+class RouterError(Exception):
+    pass
+
+
+class Router:
+    def __init__(self, base: str, api_key: str, timeout: float = 10.0) -> None:
+        self.base = base.rstrip("/")
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: dict | None = None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, headers=self.headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:300]
+            raise RouterError(f"{method} {path}: HTTP {exc.code} {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise RouterError(f"{method} {path}: {exc}") from None
+        return json.loads(raw) if raw else {}
+
+    def workers(self) -> dict[str, dict]:
+        """url -> worker record, URLs without a trailing slash."""
+        return {w["url"].rstrip("/"): w for w in self.call("GET", "/workers").get("workers", [])}
+
+
+def wait_for(router: Router, done, timeout: float, what: str) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        current = router.workers()
+        if done(current):
+            return current
+        if time.monotonic() >= deadline:
+            raise RouterError(f"timed out after {timeout:.0f} s waiting for the router: {what}")
+        time.sleep(0.5)
+
+
+def run(module: AnsibleModule) -> dict:
+    p = module.params
+    router = Router(p["router_url"], p["api_key"])
+    wanted = [u.rstrip("/") for u in p["workers"]]
+    current = router.workers()
+    if p["state"] == "absent":
+        todo = [u for u in wanted if u in current]
+        if todo and not module.check_mode:
+            for url in todo:
+                router.call("DELETE", f"/workers/{current[url]['id']}")
+            current = wait_for(router, lambda cur: not any(u in cur for u in todo), p["timeout"],
+                               "removal of " + ", ".join(todo))
+        return {"changed": bool(todo), "added": [], "removed": todo, "workers": summary(current)}
+    todo = [u for u in wanted if u not in current]
+    if not module.check_mode:
+        for url in todo:
+            router.call("POST", "/workers", {"url": url})
+        if todo:
+            current = wait_for(router, lambda cur: all(u in cur for u in todo), p["timeout"],
+                               "registration of " + ", ".join(todo))
+        if p["wait_healthy"]:
+            current = wait_for(router, lambda cur: all(cur.get(u, {}).get("is_healthy") for u in wanted),
+                               p["timeout"], "health of " + ", ".join(wanted))
+    return {"changed": bool(todo), "added": todo, "removed": [], "workers": summary(current)}
+
+
+def summary(current: dict[str, dict]) -> list[dict]:
+    return [{"url": url, "healthy": bool(w.get("is_healthy"))} for url, w in sorted(current.items())]
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "router_url": {"type": "str", "required": True},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "workers": {"type": "list", "elements": "str", "required": True},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "wait_healthy": {"type": "bool", "default": False},
+            "timeout": {"type": "int", "default": 60},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        module.exit_json(**run(module))
+    except RouterError as exc:
+        module.fail_json(msg=f"sglang-router at {module.params['router_url']}: {exc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Verifier of molecule/multihost: two GPU hosts behind the real sglang-router, seen from outside.
+
+The traffic comes from this machine (the controller) to the router container's address on
+the scenario's podman network, as clients would reach a router. Figures are printed and
+written to $MOLECULE_EPHEMERAL_DIRECTORY/multihost-figures.json.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import testinfra
+
+ROUTER = "multihost-router"
+GPUS = ["multihost-gpu1", "multihost-gpu2"]
+testinfra_hosts = [f"podman://{ROUTER}"]  # cluster tests: run once, not once per host
+ROOT = Path(__file__).resolve().parents[3]
+KEY = "test-only-multihost-key-5e2b91"
+ROUTER_PORT = 30080
+SERVER_PORT = 30000
+FIGURES = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "multihost-figures.json"
+
+
+def record(**figures):
+    data = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
+    data.update(figures)
+    FIGURES.write_text(json.dumps(data, indent=2) + "\n")
+    print("figures:", json.dumps(figures))
+
+
+def address(container):
+    out = subprocess.run(["podman", "inspect", container], capture_output=True, text=True, check=True).stdout
+    networks = json.loads(out)[0]["NetworkSettings"]["Networks"]
+    return next(iter(networks.values()))["IPAddress"]
+
+
+def call(url, body=None, key=KEY, timeout=60, method=None):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
+                                 headers=headers, method=method)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.status, resp.read()
+
+
+def router_url():
+    return f"http://{address(ROUTER)}:{ROUTER_PORT}"
+
+
+def workers():
+    return json.loads(call(router_url() + "/workers")[1])["workers"]
+
+
+def generate(base, stream=False, tokens=16, timeout=60):
+    """One /generate; True when the whole answer (every token) arrived."""
+    body = {"text": "Rolling upgrades must not drop requests.", "stream": stream,
+            "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
+    status, raw = call(base + "/generate", body, timeout=timeout)
+    if status != 200:
+        return False
+    if not stream:
+        return json.loads(raw)["meta_info"]["completion_tokens"] == tokens
+    events = [line[5:].strip() for line in raw.decode().splitlines() if line.startswith("data:")]
+    return events[-1] == "[DONE]" and json.loads(events[-2])["meta_info"]["completion_tokens"] == tokens
+
+
+class Traffic:
+    """Clients sending requests through the router until stopped; counts every outcome."""
+
+    def __init__(self, base, clients=4):
+        self.base, self.clients = base, clients
+        self.sent = self.ok = self.failed = 0
+        self.errors = []
+        self.min_workers = None
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.client, args=(i,), daemon=True) for i in range(clients)]
+        self.threads.append(threading.Thread(target=self.watch, daemon=True))
+
+    def client(self, i):
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            with self.lock:
+                self.sent += 1
+            try:
+                good = generate(self.base, stream=(i + n) % 2 == 0, tokens=24)
+                error = None if good else "incomplete answer"
+            except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
+                good, error = False, repr(exc)
+            with self.lock:
+                if good:
+                    self.ok += 1
+                else:
+                    self.failed += 1
+                    self.errors.append(error)
+
+    def watch(self):
+        """The fewest workers the router listed while traffic ran (proves hosts left it)."""
+        while not self.stop.is_set():
+            try:
+                count = sum(1 for w in workers() if w["is_healthy"])
+                self.min_workers = count if self.min_workers is None else min(self.min_workers, count)
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.3)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=120)
+
+
+def playbook(name, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    started = time.monotonic()
+    proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+                           str(ROOT / "playbooks" / name), *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return proc, time.monotonic() - started
+
+
+def gpu(name):
+    return testinfra.get_host(f"podman://{name}")
+
+
+def wait_all_healthy(timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ws = workers()
+        if len(ws) == len(GPUS) and all(w["is_healthy"] for w in ws):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"router workers not all healthy: {workers()}")
+
+
+def test_router_service_hardened_and_secret_kept_out_of_argv_and_journal(host):
+    assert host.service("sglang-router").is_running and host.service("sglang-router").is_enabled
+    env = host.file("/etc/sglang/sglang-router.env")
+    assert env.mode == 0o600 and env.user == "root"
+    unit = host.file("/etc/systemd/system/sglang-router.service").content_string
+    assert KEY not in unit and "--api-key" not in unit
+    assert "/opt/sglang-router/0.3.2/venv/bin/python" in unit
+    pid = host.check_output("systemctl show -p MainPID --value sglang-router")
+    cmdlines = host.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '").stdout
+    assert "sglang_router.launch_router" in cmdlines and KEY not in cmdlines
+    assert KEY not in host.run("journalctl -u sglang-router --no-pager").stdout
+    assert host.check_output(f"ps -o user= -p {pid}") == "sglang-router"
+
+
+def test_router_lists_both_gpu_hosts_and_requires_the_key(host):
+    urls = sorted(w["url"] for w in workers())
+    assert urls == [f"http://{g}:{SERVER_PORT}" for g in GPUS]
+    try:
+        call(router_url() + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}}, key=None)
+        raise AssertionError("the router served a request without the API key")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 401
+
+
+def test_rolling_upgrade_under_traffic_fails_no_request(host):
+    wait_all_healthy()
+    for name in GPUS:
+        gpu(name).run_expect([0], "ln -sfnT /opt/sglang/releases/r2-unpatched /opt/sglang/current.new && "
+                                  "mv -T /opt/sglang/current.new /opt/sglang/current")
+    results = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "bench-results"
+    with Traffic(router_url()) as traffic:
+        time.sleep(2)
+        proc, wall = playbook("upgrade.yml", "--skip-tags", "build", "-e", f"sglang_bench_results_dir={results}")
+        time.sleep(2)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert KEY not in out
+    for name in GPUS:
+        h = gpu(name)
+        assert h.file("/opt/sglang/current").linked_to == "/opt/sglang/releases/r2-unpatched"
+        assert h.file("/var/lib/sglang/serving-release").content_string.strip() == "/opt/sglang/releases/r2-unpatched"
+        assert "BEGIN sglang_eagle3_patch" in h.file(
+            "/opt/sglang/releases/r2-unpatched/venv/lib/python3.11/site-packages/sglang/srt/models/kimi_k25.py"
+        ).content_string
+    wait_all_healthy()
+    record(rolling_upgrade_hosts=len(GPUS), rolling_upgrade_wall_s=round(wall, 1), requests_sent=traffic.sent,
+           requests_ok=traffic.ok, requests_failed=traffic.failed, fewest_workers_in_router=traffic.min_workers)
+    assert traffic.failed == 0, traffic.errors[:10]
+    assert traffic.ok >= 20, f"too little traffic to mean anything: {traffic.ok}"
+    assert traffic.min_workers == 1, "no host ever left the router during the upgrade"
+
+
+def test_router_keeps_serving_when_one_server_is_killed(host):
+    wait_all_healthy()
+    victim = gpu(GPUS[0])
+    pid = victim.check_output("systemctl show -p MainPID --value sglang-server")
+    victim.run_expect([0], f"kill -9 {pid}")
+    base, sent, failed, started = router_url(), 0, 0, time.monotonic()
+    while time.monotonic() - started < 6:
+        sent += 1
+        try:
+            failed += 0 if generate(base, stream=sent % 2 == 0, tokens=8) else 1
+        except (urllib.error.URLError, OSError):
+            failed += 1
+    record(kill_one_server_requests_sent=sent, kill_one_server_requests_failed=failed)
+    assert failed == 0 and sent >= 5
+    wait_all_healthy(timeout=120)  # systemd restarts it and the router's health check takes it back
+
+
+def test_router_overhead_per_request(host):
+    wait_all_healthy()
+    direct, routed = f"http://{address(GPUS[1])}:{SERVER_PORT}", router_url()
+
+    def median_latency(base, n=40):
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            assert generate(base, tokens=1)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    median_latency(routed, 5)  # warm connections and the router's policy state
+    d, r = median_latency(direct), median_latency(routed)
+    record(direct_request_median_ms=round(d * 1000, 2), routed_request_median_ms=round(r * 1000, 2),
+           router_overhead_ms=round((r - d) * 1000, 2))
+    assert r - d < 0.05, f"router adds {1000 * (r - d):.1f} ms per request"
