@@ -3,7 +3,8 @@
 Idempotent: every step checks first and changes only what is missing or different,
 and says so. Steps:
 
-1. Debian packages: podman, runc, debootstrap, apt-utils (apt-ftparchive), gnupg.
+1. Debian packages: podman, runc, netavark and aardvark-dns (name resolution on podman
+   networks), debootstrap, apt-utils (apt-ftparchive), gnupg.
 2. /etc/containers/containers.conf: lowered default ulimits and the runc runtime
    (without them every container fails to start on this machine kind).
 3. The test-host image, built with debootstrap and imported with ``podman import``;
@@ -22,7 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-APT_PACKAGES = ["podman", "runc", "debootstrap", "apt-utils", "gnupg", "uidmap"]
+# netavark + aardvark-dns: containers on one podman network find each other by name (multi-host
+# scenarios); podman only recommends them.
+APT_PACKAGES = ["podman", "runc", "netavark", "aardvark-dns", "debootstrap", "apt-utils", "gnupg", "uidmap"]
 CONTAINERS_CONF = Path("/etc/containers/containers.conf")
 CONTAINERS_SETTINGS = {
     "containers": {"default_ulimits": '["nofile=4096:4096", "nproc=4096:4096"]'},
