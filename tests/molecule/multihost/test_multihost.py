@@ -161,6 +161,17 @@ def test_router_service_hardened_and_secret_kept_out_of_argv_and_journal(host):
     assert host.check_output(f"ps -o user= -p {pid}") == "sglang-router"
 
 
+def test_router_play_again_and_in_check_mode_changes_nothing(host):
+    for extra in ([], ["--check", "--diff"]):
+        proc, wall = playbook("router.yml", *extra)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-4000:]
+        recap = out.split("PLAY RECAP")[-1]
+        assert f"{ROUTER}" in recap and "changed=0" in recap and "failed=0" in recap, recap
+        assert KEY not in out
+        print(f"router play {' '.join(extra) or '(second run)'}: changed=0 in {wall:.1f} s")
+
+
 def test_router_lists_both_gpu_hosts_and_requires_the_key(host):
     urls = sorted(w["url"] for w in workers())
     assert urls == [f"http://{g}:{SERVER_PORT}" for g in GPUS]
@@ -197,6 +208,45 @@ def test_rolling_upgrade_under_traffic_fails_no_request(host):
     assert traffic.failed == 0, traffic.errors[:10]
     assert traffic.ok >= 20, f"too little traffic to mean anything: {traffic.ok}"
     assert traffic.min_workers == 1, "no host ever left the router during the upgrade"
+
+
+def test_a_failing_host_stops_the_rollout_and_the_rest_keeps_serving(host):
+    """gpu1's new release cannot be patched (a syntax error in kimi_k25.py): the rollout stops at
+    gpu1, which leaves the router but keeps its server; gpu2 is never touched; no request fails.
+    playbooks/router.yml then puts gpu1 back as it is."""
+    wait_all_healthy()
+    first, second = gpu(GPUS[0]), gpu(GPUS[1])
+    broken = "/opt/sglang/releases/r3-broken"
+    first.run_expect([0], f"rm -rf {broken} && cp -a /opt/sglang/releases/r1-patched {broken} && "
+                          f"echo 'def broken(:' >> {broken}/venv/lib/python3.11/site-packages/sglang/srt/models/kimi_k25.py && "
+                          f"ln -sfnT {broken} /opt/sglang/current.new && mv -T /opt/sglang/current.new /opt/sglang/current")
+    second.run_expect([0], "ln -sfnT /opt/sglang/releases/r1-patched /opt/sglang/current.new && "
+                           "mv -T /opt/sglang/current.new /opt/sglang/current")
+    pids = {h: h.check_output("systemctl show -p MainPID --value sglang-server") for h in (first, second)}
+    results = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "bench-results"
+    with Traffic(router_url()) as traffic:
+        proc, wall = playbook("upgrade.yml", "--skip-tags", "build", "-e", f"sglang_bench_results_dir={results}")
+        time.sleep(1)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-5000:]
+    assert f"Upgrade of {GPUS[0]} failed at" in out and "stays out of the routers" in out, out[-5000:]
+    assert "TASK [sglang_router : Take this host out of every router]" in out
+    assert GPUS[1] + "]" not in out.split(f"Upgrade of {GPUS[0]} failed at")[1].split("PLAY RECAP")[0]
+    assert [w["url"] for w in workers()] == [f"http://{GPUS[1]}:{SERVER_PORT}"]
+    for h in (first, second):  # neither server was restarted: gpu1 failed before, gpu2 never started
+        assert h.check_output("systemctl show -p MainPID --value sglang-server") == pids[h]
+    assert second.file("/var/lib/sglang/serving-release").content_string.strip() == "/opt/sglang/releases/r2-unpatched"
+    assert traffic.failed == 0 and traffic.ok >= 5, traffic.errors[:10]
+    record(failed_rollout_wall_s=round(wall, 1), failed_rollout_requests_sent=traffic.sent,
+           failed_rollout_requests_failed=traffic.failed)
+
+    for h in (first, second):  # back to the release that serves; the router play re-registers gpu1
+        h.run_expect([0], "ln -sfnT /opt/sglang/releases/r2-unpatched /opt/sglang/current.new && "
+                          "mv -T /opt/sglang/current.new /opt/sglang/current")
+    proc, _ = playbook("router.yml")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "changed=1" in proc.stdout and "routes to" in proc.stdout
+    wait_all_healthy()
 
 
 def test_router_keeps_serving_when_one_server_is_killed(host):
