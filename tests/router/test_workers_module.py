@@ -159,3 +159,70 @@ def test_the_launcher_keeps_the_key_out_of_argv_and_the_log(cluster):
     assert b"sglang_router.launch_router" in cmdline and KEY.encode() not in cmdline
     assert KEY not in cluster["log"].read_text(errors="replace")
     assert request(cluster["router"] + "/readiness")["status"] == "ready"
+
+
+def leave_or_join(cluster, tmp_path, entry, with_router=True):
+    """roles/sglang_router tasks_from leave/join on a 'GPU host' that is this machine (local
+    connection), its server being the second simulator, the router the real one above."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    server_port = int(cluster["workers"][1].rsplit(":", 1)[1])
+    router_port = int(cluster["router"].rsplit(":", 1)[1])
+    groups = {"gpu_hosts": {"hosts": {"gpu": {}}}}
+    if with_router:
+        groups["sglang_routers"] = {"hosts": {"rt": {}}}
+    inventory = {"all": {"hosts": {"gpu": local, "rt": local}, "children": groups, "vars": {
+        "sglang_server_port": server_port, "sglang_server_api_key": KEY, "sglang_router_api_key": KEY,
+        "sglang_router_host": "127.0.0.1", "sglang_router_port": router_port,
+        "sglang_router_worker_address": "127.0.0.1", "sglang_router_drain_timeout": 30}}}
+    (tmp_path / "hosts.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(json.dumps([{
+        "name": "leave or join", "hosts": "gpu_hosts", "gather_facts": False,
+        "tasks": [{"name": "entry", "ansible.builtin.include_role": {"name": "sglang_router", "tasks_from": entry}}]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.json"), str(tmp_path / "play.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    return proc, time.monotonic()
+
+
+def long_request(base, tokens, done):
+    req = urllib.request.Request(base + "/generate", headers={"Authorization": f"Bearer {KEY}",
+                                                              "Content-Type": "application/json"},
+                                 data=json.dumps({"text": "x", "sampling_params": {"max_new_tokens": tokens}}).encode())
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        done["tokens"] = json.loads(resp.read())["meta_info"]["completion_tokens"]
+    done["at"] = time.monotonic()
+
+
+def test_leave_takes_the_host_out_and_waits_for_its_requests_then_join_puts_it_back(cluster, tmp_path):
+    one, two = cluster["workers"]
+    module(cluster["router"], cluster["workers"], wait_healthy=True)
+    done = {}
+    t = threading.Thread(target=long_request, args=(two, 150, done))  # ~3 s on the host itself
+    t.start()
+    time.sleep(0.3)
+    proc, ended = leave_or_join(cluster, tmp_path, "leave")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert registered(cluster) == [one]
+    assert done.get("tokens") == 150 and done["at"] <= ended, "leave returned before the host had drained"
+    assert KEY not in out
+    t.join()
+    proc, _ = leave_or_join(cluster, tmp_path, "join")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert registered(cluster) == sorted([one, two])
+    assert all(w["is_healthy"] for w in request(cluster["router"] + "/workers")["workers"])
+
+
+def test_without_routers_leave_does_not_wait_for_a_drain_that_cannot_happen(cluster, tmp_path):
+    done = {}
+    t = threading.Thread(target=long_request, args=(cluster["workers"][1], 400, done))  # ~8 s
+    t.start()
+    time.sleep(0.3)
+    proc, ended = leave_or_join(cluster, tmp_path, "leave", with_router=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Wait until the server has finished its in-flight requests (drain)" in out
+    assert "at" not in done, "leave waited for the request although no router could stop new ones"
+    t.join()
+    assert registered(cluster) == sorted(cluster["workers"])
