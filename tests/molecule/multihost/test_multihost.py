@@ -210,6 +210,16 @@ def test_rolling_upgrade_under_traffic_fails_no_request(host):
     assert traffic.min_workers == 1, "no host ever left the router during the upgrade"
 
 
+def test_bad_settings_fail_before_any_host_leaves_the_router(host):
+    wait_all_healthy()
+    proc, wall = playbook("upgrade.yml", "--skip-tags", "build", "-e", "sglang_server_tp_size=3")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "sglang_server_tp_size" in out, out[-4000:]
+    assert "Take this host out of every router" not in out
+    assert len([w for w in workers() if w["is_healthy"]]) == len(GPUS)
+    print(f"bad setting refused before the rollout in {wall:.1f} s")
+
+
 def test_a_failing_host_stops_the_rollout_and_the_rest_keeps_serving(host):
     """gpu1's new release cannot be patched (a syntax error in kimi_k25.py): the rollout stops at
     gpu1, which leaves the router but keeps its server; gpu2 is never touched; no request fails.
