@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "tests" / "harness"))
 import hostsetup  # noqa: E402
 import mirror  # noqa: E402
 import sources  # noqa: E402
+from steps import StepFailed, guarded, run  # noqa: E402
 
 HOST = "sglang-demo-gpu1"
 
@@ -34,9 +35,8 @@ def log(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
-def podman(*args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], check=check, text=True,
-                          capture_output=capture)
+def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run("podman " + args[0], ["podman", *args], check=check)
 
 
 def container_setup(name: str) -> str | None:
@@ -66,7 +66,7 @@ def start_host(image: str, mirror_dir: Path, sources_dir: Path, recreate: bool) 
             break
         time.sleep(1)
     else:
-        raise SystemExit(f"{HOST}: systemd did not finish booting in 90 s (state: {state})")
+        raise StepFailed(f"{HOST}: systemd did not finish booting in 90 s (state: {state})")
     for name, port, directory, what in (
             ("test-nvidia-mirror", 8088, "/srv/nvidia-mirror", "local NVIDIA CUDA repository mirror"),
             ("test-sglang-sources", 8089, "/srv/sglang-sources", "local SGLang sources")):
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     image = hostsetup.image_ref()
     if not hostsetup.image_exists(image):
-        raise SystemExit(f"image {image} missing: run `make hostsetup` first")
+        raise StepFailed(f"image {image} missing: run `make hostsetup` first")
     mirror_dir = mirror.ensure()
     sources_dir = sources.ensure()
     start_host(image, mirror_dir, sources_dir, args.recreate)
@@ -125,4 +125,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded("demo", main))

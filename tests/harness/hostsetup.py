@@ -4,11 +4,18 @@ Idempotent: every step checks first and changes only what is missing or differen
 and says so. Steps:
 
 1. Debian packages: podman, runc, netavark and aardvark-dns (name resolution on podman
-   networks), debootstrap, apt-utils (apt-ftparchive), gnupg.
+   networks), iptables (netavark's firewall backend on Debian 12, which it does not
+   depend on: without it every ``podman run`` fails with "netavark: No such file or
+   directory"), debootstrap, apt-utils (apt-ftparchive), gnupg, uidmap.
 2. /etc/containers/containers.conf: lowered default ulimits and the runc runtime
    (without them every container fails to start on this machine kind).
 3. The test-host image, built with debootstrap and imported with ``podman import``;
    its tag carries a hash of the recipe, so it is rebuilt only when the recipe changes.
+4. Proof, before saying ready: two throwaway containers on a throwaway podman network,
+   the second resolving the first by name (what the multi-host scenarios need), then
+   both removed.
+
+A step that fails says so in one line with the tool's own stderr (tests/harness/steps.py).
 
 Run as root: ``python3 tests/harness/hostsetup.py [--image-only|--print-image]``.
 """
@@ -21,11 +28,17 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from steps import StepFailed, guarded, run  # noqa: E402
+
 # netavark + aardvark-dns: containers on one podman network find each other by name (multi-host
-# scenarios); podman only recommends them.
-APT_PACKAGES = ["podman", "runc", "netavark", "aardvark-dns", "debootstrap", "apt-utils", "gnupg", "uidmap"]
+# scenarios); podman only recommends them. iptables: netavark 1.4 (Debian 12) sets up every
+# network's NAT and firewall rules with it and fails without it, yet does not depend on it.
+APT_PACKAGES = ["podman", "runc", "netavark", "aardvark-dns", "iptables", "debootstrap", "apt-utils", "gnupg",
+                "uidmap"]
 CONTAINERS_CONF = Path("/etc/containers/containers.conf")
 CONTAINERS_SETTINGS = {
     "containers": {"default_ulimits": '["nofile=4096:4096", "nproc=4096:4096"]'},
@@ -56,10 +69,6 @@ def log(msg: str) -> None:
     print(f"[hostsetup] {msg}", flush=True)
 
 
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, check=True, text=True, **kw)
-
-
 def ensure_packages() -> None:
     missing = [p for p in APT_PACKAGES if subprocess.run(
         ["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True
@@ -69,8 +78,9 @@ def ensure_packages() -> None:
         return
     log("installing Debian packages: " + " ".join(missing))
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    run(["apt-get", "update", "-qq"], env=env)
-    run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env)
+    run("apt-get update", ["apt-get", "update", "-qq"], env=env)
+    run("installing " + " ".join(missing),
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env)
 
 
 def merge_ini(text: str, settings: dict[str, dict[str, str]]) -> str:
@@ -162,8 +172,8 @@ def build_image() -> str:
     with tempfile.TemporaryDirectory(dir=CACHE, prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         log(f"building {ref} with debootstrap ({SUITE}, about a minute)")
-        run(["debootstrap", "--variant=minbase", "--include=" + ",".join(IMAGE_PACKAGES),
-             SUITE, str(rootfs), MIRROR], stdout=subprocess.DEVNULL)
+        run("debootstrap", ["debootstrap", "--variant=minbase", "--include=" + ",".join(IMAGE_PACKAGES),
+                            SUITE, str(rootfs), MIRROR])
         for rel, content in IMAGE_FILES.items():
             path = rootfs / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,12 +186,43 @@ def build_image() -> str:
         for deb in (rootfs / "var/cache/apt/archives").glob("*.deb"):
             deb.unlink()
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        run(["podman", "import", "--change", "CMD=/sbin/init", "-", ref],
-            stdin=tar.stdout, stdout=subprocess.DEVNULL)
+        run("podman import", ["podman", "import", "--change", "CMD=/sbin/init", "-", ref], stdin=tar.stdout)
         if tar.wait() != 0:
-            raise SystemExit("tar of the rootfs failed")
+            raise StepFailed(f"tar of the rootfs {rootfs} failed (exit {tar.returncode})")
     log(f"image {ref} imported")
     return ref
+
+
+CHECK_NET = "sglang-hostcheck"
+CHECK_A, CHECK_B = "sglang-hostcheck-a", "sglang-hostcheck-b"
+
+
+def _remove_check_leftovers() -> None:
+    subprocess.run(["podman", "rm", "-f", "-t", "0", "--ignore", CHECK_A, CHECK_B], capture_output=True)
+    subprocess.run(["podman", "network", "rm", "-f", CHECK_NET], capture_output=True)
+
+
+def prove_networking(image: str) -> float:
+    """Start a container on a podman network and resolve it by name from a second one.
+
+    This is what every test host needs (a container that starts) and what the multi-host
+    scenarios need (names resolved by aardvark-dns). Both containers and the network are
+    removed whatever happens. Returns the seconds it took.
+    """
+    started = time.monotonic()
+    _remove_check_leftovers()
+    try:
+        run("podman network create (self-check)", ["podman", "network", "create", CHECK_NET])
+        run("podman run (self-check: first container)",
+            ["podman", "run", "-d", "--name", CHECK_A, "--network", CHECK_NET, image, "sleep", "120"])
+        proc = run("podman run (self-check: name resolution on a podman network)",
+                   ["podman", "run", "--rm", "--name", CHECK_B, "--network", CHECK_NET, image,
+                    "getent", "hosts", CHECK_A])
+        if CHECK_A not in proc.stdout:
+            raise StepFailed(f"self-check: {CHECK_B} did not resolve {CHECK_A} ({proc.stdout.strip()!r})")
+    finally:
+        _remove_check_leftovers()
+    return time.monotonic() - started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,9 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ensure_packages()
     ensure_containers_conf()
-    print(build_image())
+    ref = build_image()
+    took = prove_networking(ref)
+    log(f"ready: a container started on a podman network and a second one resolved it by name ({took:.1f} s)")
+    print(ref)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded("hostsetup", main))

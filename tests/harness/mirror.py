@@ -36,6 +36,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from steps import guarded, run  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))
 KEY_UID = "sglang-ansible test mirror (TEST ONLY, not NVIDIA) <test-mirror@invalid>"
@@ -89,9 +92,9 @@ def fetch_wheels() -> Path:
     missing = [w for w in want if w not in have]
     if missing:
         log("downloading " + " ".join(missing) + " from PyPI")
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--only-binary=:all:", "--platform", "manylinux2014_x86_64",
-                        "-d", str(dest), *missing], check=True)
+        run("pip download (toolkit wheels)", [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                                              "--only-binary=:all:", "--platform", "manylinux2014_x86_64",
+                                              "-d", str(dest), *missing])
     return dest
 
 
@@ -117,8 +120,7 @@ def build_deb(root: Path, ctrl: str, out: Path, scripts: dict[str, str] | None =
         p.chmod(0o755)
     fields = dict(line.split(": ", 1) for line in ctrl.splitlines() if ": " in line)
     deb = out / f"{fields['Package']}_{fields['Version']}_amd64.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", str(root), str(deb)],
-                   check=True, stdout=subprocess.DEVNULL)
+    run("dpkg-deb --build", ["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", str(root), str(deb)])
     return deb
 
 
@@ -204,8 +206,7 @@ def toolkit_packages(work: Path, out: Path, wheels: Path, cuda: str, spec: dict)
 
 
 def gpg(home: Path, *args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["gpg", "--homedir", str(home), "--batch", "--quiet", *args],
-                          check=True, capture_output=True, text=True, **kw)
+    return run("gpg " + args[0], ["gpg", "--homedir", str(home), "--batch", "--quiet", *args], **kw)
 
 
 def sign_repository(repo: Path, home: Path, keys: Path) -> str:
@@ -216,16 +217,15 @@ def sign_repository(repo: Path, home: Path, keys: Path) -> str:
     (keys / "test-mirror.asc").write_text(gpg(home, "--armor", "--export", fingerprint).stdout)
     (keys / "fingerprint").write_text(fingerprint + "\n")
 
-    packages = subprocess.run(["apt-ftparchive", "packages", "."], cwd=repo, check=True,
-                              capture_output=True, text=True).stdout
+    packages = run("apt-ftparchive packages", ["apt-ftparchive", "packages", "."], cwd=repo).stdout
     (repo / "Packages").write_text(packages)
     with gzip.open(repo / "Packages.gz", "wt") as fh:
         fh.write(packages)
-    release = subprocess.run(
-        ["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=sglang-ansible test mirror",
+    release = run(
+        "apt-ftparchive release", ["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=sglang-ansible test mirror",
          "-o", "APT::FTPArchive::Release::Label=NVIDIA CUDA (test mirror)",
          "-o", "APT::FTPArchive::Release::Architectures=amd64", "release", "."],
-        cwd=repo, check=True, capture_output=True, text=True).stdout
+        cwd=repo).stdout
     (repo / "Release").write_text(release)
     gpg(home, "--local-user", fingerprint, "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release"))
     gpg(home, "--local-user", fingerprint, "-abs", "-o", str(repo / "Release.gpg"), str(repo / "Release"))
@@ -274,4 +274,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded("mirror", main))

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from steps import StepFailed, guarded, run  # noqa: E402
 
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))
 
@@ -23,8 +25,8 @@ def sdist(version: str) -> Path:
     path = dest / f"sglang-{version}.tar.gz"
     if not path.exists():
         dest.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                        f"sglang=={version}", "-d", str(dest)], check=True)
+        run(f"pip download sglang=={version}", [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                                                "--no-binary", ":all:", f"sglang=={version}", "-d", str(dest)])
     return path
 
 
@@ -35,7 +37,7 @@ def package_file(version: str, member: str) -> Path:
         with tarfile.open(sdist(version)) as tar:
             name = next((m for m in tar.getnames() if m.endswith(f"/sglang/{member}")), None)
             if name is None:
-                raise SystemExit(f"sglang {version} has no {member}")
+                raise StepFailed(f"sglang {version} has no {member}")
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_suffix(out.suffix + ".part")
             tmp.write_bytes(tar.extractfile(name).read())
@@ -53,4 +55,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded("sglang_sources", main))

@@ -32,15 +32,16 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sglang_sources  # noqa: E402  (the same sdist cache as the patch tests)
+from steps import StepFailed, guarded, run  # noqa: E402
 
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))
 SDISTS = CACHE / "sdists"
@@ -85,7 +86,22 @@ def recipe_hash() -> str:
 
 
 def pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", *args], check=True, stdout=subprocess.DEVNULL)
+    run("pip " + args[0], [sys.executable, "-m", "pip", *args])
+
+
+def reachable(url: str, timeout: float = 10) -> str | None:
+    """None when ``url`` answers at all (any HTTP status), else why not, asked once.
+
+    pip retries an unreachable index five times per requirement, with its default
+    timeout each time (minutes on a closed network); asking once first avoids that.
+    """
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+    return None
 
 
 def sdist(name: str, version: str) -> Path:
@@ -111,7 +127,7 @@ def sdist(name: str, version: str) -> Path:
     with urllib.request.urlopen(entry["url"], timeout=300) as resp:
         data = resp.read()
     if hashlib.sha256(data).hexdigest() != entry["hashes"]["sha256"]:
-        raise SystemExit(f"sha256 mismatch for {entry['filename']}")
+        raise StepFailed(f"sha256 mismatch for {entry['filename']}")
     tmp = path.with_suffix(".part")
     tmp.write_bytes(data)
     tmp.rename(path)
@@ -128,15 +144,19 @@ def wheels() -> Path:
     common = ["download", "-q", "-d", str(WHEELS), "--only-binary", ":all:"]
     pip(*common, *BUILD_REQUIREMENTS)
     pip(*common, "--no-deps", SGL_KERNEL_WHEEL, CCCL_WHEEL)
-    pip(*common, "--no-deps", "--extra-index-url", TORCH_INDEX, TORCH_WHEEL)
+    why = reachable(TORCH_INDEX)
+    if why is None:
+        pip(*common, "--no-deps", "--extra-index-url", TORCH_INDEX, TORCH_WHEEL)
+    else:  # a closed network with the CPU wheel on a local index or --find-links (pip's configuration)
+        log(f"{TORCH_INDEX} unreachable ({why}): {TORCH_WHEEL} from pip's configured indexes only")
+        pip(*common, "--no-deps", TORCH_WHEEL)
     pip(*common, ROUTER_WHEEL)
     stamp.touch()
     return WHEELS
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=dict(os.environ, **GIT_ENV)).stdout.strip()
+    return run("git " + args[0], ["git", "-C", str(repo), *args], env=dict(os.environ, **GIT_ENV)).stdout.strip()
 
 
 def unpack(archive: Path, dest: Path) -> None:
@@ -156,8 +176,7 @@ def commit_and_tag(work: Path, tag: str, message: str) -> None:
 
 
 def publish(work: Path, bare: Path) -> None:
-    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True,
-                   env=dict(os.environ, **GIT_ENV))
+    run("git clone --bare", ["git", "clone", "-q", "--bare", str(work), str(bare)], env=dict(os.environ, **GIT_ENV))
     git(bare, "update-server-info")  # what git's "dumb HTTP" transport reads
 
 
@@ -214,4 +233,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded("sources", main))

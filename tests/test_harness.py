@@ -1,0 +1,74 @@
+"""The test harness on this machine: containers.conf merged, not overwritten; failures in one line."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hostsetup import CONTAINERS_SETTINGS, merge_ini
+from repo import ROOT
+from steps import StepFailed, guarded, run
+
+
+def test_empty_file_gets_both_sections():
+    out = merge_ini("", CONTAINERS_SETTINGS)
+    assert '[containers]\ndefault_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]' in out
+    assert '[engine]\nruntime = "runc"' in out
+
+
+def test_existing_values_replaced_in_place_and_others_kept():
+    text = '[containers]\nlog_driver = "k8s-file"\ndefault_ulimits = []\n\n[engine]\n# comment\nruntime = "crun"\nevents_logger = "file"\n'
+    out = merge_ini(text, CONTAINERS_SETTINGS)
+    assert 'log_driver = "k8s-file"' in out and 'events_logger = "file"' in out and "# comment" in out
+    assert 'runtime = "crun"' not in out and out.count("runtime =") == 1
+    assert out.count("default_ulimits =") == 1
+
+
+def test_merge_is_idempotent():
+    once = merge_ini('[network]\nx = 1\n', CONTAINERS_SETTINGS)
+    assert merge_ini(once, CONTAINERS_SETTINGS) == once
+
+
+def test_a_failing_step_names_itself_and_keeps_the_tools_stderr():
+    with pytest.raises(StepFailed) as err:
+        run("podman run", [sys.executable, "-c", "import sys; print('noise'); "
+                           "sys.stderr.write('Error: netavark: No such file or directory (os error 2)\\n'); sys.exit(127)"])
+    message = str(err.value)
+    assert message.startswith("podman run: ") and "exited 127" in message
+    assert "Error: netavark: No such file or directory (os error 2)" in message and "\n" not in message
+
+
+def test_a_missing_tool_is_one_line_too():
+    with pytest.raises(StepFailed, match=r"^debootstrap: no-such-tool-4711 is not installed"):
+        run("debootstrap", ["no-such-tool-4711"])
+
+
+def test_guarded_prints_one_line_and_no_traceback(capsys):
+    def main():
+        run("podman network create", [sys.executable, "-c", "import sys; sys.stderr.write('Error: boom\\n'); sys.exit(125)"])
+        return 0
+    assert guarded("hostsetup", main) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[hostsetup] FAILED: podman network create: ") and "Error: boom" in err[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="hostsetup runs as root")
+def test_hostsetup_self_check_failure_is_one_line_with_podmans_stderr(tmp_path):
+    """hostsetup with a podman whose networking is broken (netavark without iptables, as on a fresh machine)."""
+    import hostsetup
+    if subprocess.run(["dpkg-query", "-W", "-f=${Status}", *hostsetup.APT_PACKAGES],
+                      capture_output=True, text=True).stdout.count("install ok installed") != len(hostsetup.APT_PACKAGES):
+        pytest.skip("the harness packages are not installed here (run `make hostsetup`)")
+    fake = tmp_path / "podman"
+    fake.write_text("#!/bin/sh\ncase \"$1 $2\" in\n  'image exists') exit 0 ;;\n  'network rm'|'rm -f') exit 0 ;;\n"
+                    "esac\necho 'Error: netavark: No such file or directory (os error 2)' >&2\nexit 127\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    proc = subprocess.run([sys.executable, str(ROOT / "tests/harness/hostsetup.py")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr + proc.stdout
+    failed = [line for line in proc.stderr.splitlines() if "FAILED" in line]
+    assert len(failed) == 1 and "self-check" in failed[0]
+    assert "Error: netavark: No such file or directory (os error 2)" in failed[0]
