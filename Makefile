@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+# TEST HARNESS: the connection to the podman test hosts (nsenter with pipelining; see the plugin).
+export ANSIBLE_CONNECTION_PLUGINS := $(abspath tests/harness/connection_plugins)
 export PYTHONDONTWRITEBYTECODE := 1
 # Molecule scenarios run by `make test`, in order.
 SCENARIOS ?= nvidia_cuda nvidia_cuda_upgrade nvidia_cuda_preinstalled gpu_preflight sglang_build sglang_eagle3_patch sglang_server sglang_bench multihost default

@@ -53,7 +53,7 @@ class TestHost:
 
     def inventory(self, path: Path, group: str = "gpu_hosts") -> Path:
         path.write_text(
-            f"[{group}]\n{self.name} ansible_connection=containers.podman.podman "
+            f"[{group}]\n{self.name} ansible_connection=sglang_testhost "
             "ansible_python_interpreter=/usr/bin/python3\n")
         return path
 
@@ -70,6 +70,7 @@ def run_playbook(host: TestHost, playbook: Path, inventory_dir: Path, mirror_dir
     if not group_vars.is_symlink():
         group_vars.symlink_to(root / "inventory" / "demo" / "group_vars")
     env = dict(os.environ, ANSIBLE_CONFIG=str(root / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(root / "roles"),
+               ANSIBLE_CONNECTION_PLUGINS=str(root / "tests" / "harness" / "connection_plugins"),
                NVIDIA_MIRROR_DIR=str(mirror_dir), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     return subprocess.run(["ansible-playbook", "-i", str(inventory_dir), str(playbook), *args],
                           cwd=root, env=env, capture_output=True, text=True, timeout=900)

@@ -1,1 +1,0 @@
-../../../files/sglang_launch.py
