@@ -24,11 +24,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # gen_sim_flags and simtruth next to this file, sglang_sim in files/: importable in any pytest import mode
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO / "files")]
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO / "roles" / "sglang_server" / "files")]
 from simtruth import READY_TEXT, SIM, free_port  # noqa: E402
 
-BENCH = REPO / "files" / "sglang_bench.py"
-FLAGS_TABLE = REPO / "files" / "sglang_sim_flags.json"
+BENCH = REPO / "roles" / "sglang_bench" / "files" / "sglang_bench.py"
+FLAGS_TABLE = REPO / "roles" / "sglang_server" / "files" / "sglang_sim_flags.json"
 SDIST_VERSION = "0.5.9"
 # sha256 of PyPI's sglang-0.5.9.tar.gz, so a corrupted or substituted cache file is caught.
 SDIST_SHA256 = "11b1445bfb039c20217783850fda66a71b814391b2cf313f4e6cadc3b9fea41b"

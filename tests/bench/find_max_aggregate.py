@@ -29,7 +29,7 @@ from pathlib import Path
 
 from simtruth import launch_sim, sim_env, truth
 
-BENCH = Path(__file__).resolve().parents[2] / "files" / "sglang_bench.py"
+BENCH = Path(__file__).resolve().parents[2] / "roles" / "sglang_bench" / "files" / "sglang_bench.py"
 
 
 def measure(concurrency: int, decode_tok_s: float, batch_seconds: float, accept: float, ttft_ms: float,

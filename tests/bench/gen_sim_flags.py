@@ -39,7 +39,7 @@ from typing import Any
 
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = REPO_ROOT / "files" / "sglang_sim_flags.json"
+DEFAULT_OUT = REPO_ROOT / "roles" / "sglang_server" / "files" / "sglang_sim_flags.json"
 
 # argparse `type=` callables used by SGLang, by the name the simulator knows them by.
 TYPE_NAMES = {

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SIM = Path(__file__).resolve().parents[2] / "files" / "sglang_sim.py"
+SIM = Path(__file__).resolve().parents[2] / "roles" / "sglang_server" / "files" / "sglang_sim.py"
 READY_TEXT = "The server is fired up and ready to roll!"
 
 

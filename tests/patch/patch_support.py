@@ -8,9 +8,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang_eagle3_patch"
 MODULE = ROLE / "library" / "sglang_eagle3_patch.py"
-TEMPLATE = REPO / "templates" / "sglang_eagle3_delegation.py.j2"
-INTERFACE_CHECK = REPO / "files" / "sglang_interface_check.py"
-LAUNCH_CHECK = REPO / "files" / "sglang_launch_check.py"
+TEMPLATE = REPO / "roles" / "sglang_eagle3_patch" / "templates" / "sglang_eagle3_delegation.py.j2"
+INTERFACE_CHECK = REPO / "roles" / "sglang_eagle3_patch" / "files" / "sglang_interface_check.py"
+LAUNCH_CHECK = REPO / "roles" / "sglang_eagle3_patch" / "files" / "sglang_launch_check.py"
 KIMI = "srt/models/kimi_k25.py"
 
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))

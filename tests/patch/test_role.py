@@ -189,7 +189,7 @@ def test_patch_playbook_finds_the_installed_package(tree_copy, tmp_path):
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("[gpu_hosts]\nlocalhost\n")
     variables = {
-        "sglang_build_current_dir": str(release_dir),
+        "sglang_build_release_dir": str(release_dir),
         "sglang_eagle3_patch_python": sys.executable,
         "sglang_eagle3_patch_tools_dir": str(tmp_path / "tools"),
         "ansible_become": False,

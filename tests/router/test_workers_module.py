@@ -52,7 +52,7 @@ def cluster(tmp_path_factory):
         for i in range(2):
             port = free_port()
             procs.append(subprocess.Popen(
-                [sys.executable, str(ROOT / "files" / "sglang_sim.py"), "--model-path", "sim-model", "--host",
+                [sys.executable, str(ROOT / "roles" / "sglang_server" / "files" / "sglang_sim.py"), "--model-path", "sim-model", "--host",
                  "127.0.0.1", "--port", str(port), "--api-key", KEY],
                 env=env, stdout=open(logs / f"sim{i}.log", "wb"), stderr=subprocess.STDOUT))
             workers.append(f"http://127.0.0.1:{port}")
@@ -61,7 +61,7 @@ def cluster(tmp_path_factory):
         port = free_port()
         router_log = logs / "router.log"
         router = subprocess.Popen(
-            [sys.executable, str(ROOT / "files" / "sglang_launch.py"), "--module", "sglang_router.launch_router", "--",
+            [sys.executable, str(ROOT / "roles" / "sglang_common" / "files" / "sglang_launch.py"), "--module", "sglang_router.launch_router", "--",
              "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
              "--prometheus-port", str(free_port()), "--health-check-interval-secs", "1",
              "--worker-startup-timeout-secs", "5", "--worker-urls", *workers],
@@ -173,7 +173,7 @@ def leave_or_join(cluster, tmp_path, entry, with_router=True):
     inventory = {"all": {"hosts": {"gpu": local, "rt": local}, "children": groups, "vars": {
         "sglang_server_port": server_port, "sglang_server_api_key": KEY, "sglang_router_api_key": KEY,
         "sglang_router_host": "127.0.0.1", "sglang_router_port": router_port,
-        "sglang_router_worker_address": "127.0.0.1", "sglang_router_drain_timeout": 30}}}
+        "sglang_server_advertise_address": "127.0.0.1", "sglang_router_drain_timeout": 30}}}
     (tmp_path / "hosts.json").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(json.dumps([{
         "name": "leave or join", "hosts": "gpu_hosts", "gather_facts": False,

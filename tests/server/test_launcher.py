@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAUNCH = ROOT / "files" / "sglang_launch.py"
+LAUNCH = ROOT / "roles" / "sglang_common" / "files" / "sglang_launch.py"
 KEY = "key-5b1e-secret"
 HF = "hf_secret_token_9"
 

@@ -199,6 +199,7 @@ RENDER_PLAY = """\
         mode: "0600"
       vars:
         sglang_server_tp_size: {tp}
+        sglang_build_release_info: {{python: /opt/sglang/current/venv/bin/python}}
 
     - name: Render the environment file
       ansible.builtin.template:
@@ -208,7 +209,7 @@ RENDER_PLAY = """\
 
     - name: Write the facts other roles read
       ansible.builtin.copy:
-        content: "{{{{ {{'is_endpoint': sglang_server_is_endpoint, 'plan': sglang_server_multinode}} | to_json }}}}"
+        content: "{{{{ {{'endpoint': sglang_server_endpoint, 'plan': __sglang_server_plan}} | to_json }}}}"
         dest: "{out}/{{{{ inventory_hostname }}}}.json"
         mode: "0600"
 """
@@ -281,7 +282,7 @@ def test_rendered_units_of_a_group(tmp_path, n):
         for line in ['NCCL_SOCKET_IFNAME="eth1"', 'GLOO_SOCKET_IFNAME="eth1"', 'NCCL_IB_HCA="mlx5_0"']:
             assert line in env.splitlines(), env
         facts = json.loads((out / f"{name}.json").read_text())
-        assert facts["is_endpoint"] is (ranks[i] == 0)
+        assert facts["endpoint"]["serves_http"] is (ranks[i] == 0) and facts["endpoint"]["node_rank"] == ranks[i]
         assert facts["plan"]["head"] == "gpu2" and facts["plan"]["tp_per_node"] == 8
     assert seen == {name: ranks[i] for i, (name, _) in enumerate(hosts)}
     assert sorted(seen.values()) == list(range(n))
@@ -300,7 +301,7 @@ def test_rendered_unit_of_a_single_node_has_no_multinode_flags(tmp_path):
     assert flag(args, "--tp-size") == "8" and args[-1] == "--enable-metrics"
     assert not {"--nnodes", "--node-rank", "--dist-init-addr"} & set(args)
     assert "infiniband" not in unit and "NCCL_SOCKET_IFNAME" not in (out / "gpu1.env").read_text()
-    assert json.loads((out / "gpu1.json").read_text())["is_endpoint"] is True
+    assert json.loads((out / "gpu1.json").read_text())["endpoint"]["serves_http"] is True
 
 
 BAD_INVENTORIES = [
@@ -357,7 +358,7 @@ def test_bad_inventory_changes_nothing_on_a_real_host(host, tmp_path, case):
     lines = ["[kimi]"]
     for spec in hosts:
         name, *rank = spec.split()
-        lines.append(f"{name} ansible_connection=containers.podman.podman ansible_host={host.name} "
+        lines.append(f"{name} ansible_connection=sglang_testhost ansible_host={host.name} "
                      "ansible_python_interpreter=/usr/bin/python3"
                      + (f" sglang_server_node_rank={rank[0].split('=')[1]}" if rank else ""))
     lines += ["[gpu_hosts:children]", "kimi", "[kimi:vars]", "sglang_server_multinode_group=kimi",
@@ -409,7 +410,7 @@ def group(tmp_path_factory):
         h.start()
     inventory = tmp_path_factory.mktemp("group")
     (inventory / "hosts.ini").write_text(
-        "[kimi]\n" + "".join(f"{h.name} ansible_connection=containers.podman.podman "
+        "[kimi]\n" + "".join(f"{h.name} ansible_connection=sglang_testhost "
                              "ansible_python_interpreter=/usr/bin/python3\n" for h in hosts)
         + "[gpu_hosts:children]\nkimi\n")
     (inventory / "group_vars" / "gpu_hosts").mkdir(parents=True)

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-READY = ROOT / "files" / "sglang_ready.py"
-SIM = ROOT / "files" / "sglang_sim.py"
+READY = ROOT / "roles" / "sglang_server" / "files" / "sglang_ready.py"
+SIM = ROOT / "roles" / "sglang_server" / "files" / "sglang_sim.py"
 
 
 def free_port() -> int:

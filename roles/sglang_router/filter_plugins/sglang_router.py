@@ -1,24 +1,25 @@
-"""Filters of role sglang_router: which GPU hosts are router workers, and at which URL.
+"""Filters of role sglang_router: the router's workers, from the servers' published endpoints.
 
-An endpoint is a GPU host that serves requests: a single-node server, or the head (node rank 0)
-of a multi-node tensor-parallel group (sglang_server_multinode_group). The other ranks of such a
-group are never registered: in SGLang 0.5.9 they answer only a health stub (/health 200 always,
-no generation: launch_dummy_health_check_server in sglang/srt/utils/common.py), so a router
-would take them for healthy workers.
+Every GPU host's server publishes where it serves (role sglang_server, ``tasks_from: endpoint``,
+also run by its validation): ``hostvars[host].sglang_server_endpoint``. The router does not
+derive any of it again; it only picks the hosts that serve HTTP (a single node, or the head of
+a multi-node group: the other ranks answer a health stub only, which a router would take for
+a healthy worker) and checks what concerns the router itself:
 
-    {{ groups[sglang_router_worker_group] | sglang_router_endpoints(hostvars, groups, 'http') }}
+    {{ groups[sglang_router_worker_group] | sglang_router_endpoints(hostvars) }}
     -> [{"host": "gpu1", "url": "http://10.0.0.11:30000"}, ...]
 
     {{ hosts | sglang_router_key_mismatches(hostvars, sglang_router_api_key) }}
-    -> names of the hosts whose sglang_server_api_key differs (never the keys)
+    -> names of the hosts whose server expects another API key (never the keys)
 
-Bad inventories raise AnsibleFilterError with a message naming the hosts and the variable:
-no worker hosts, two heads of one multi-node group, two hosts giving the same URL.
+Bad inventories raise AnsibleFilterError with a message naming the hosts and the variable: no
+worker hosts, a GPU host whose endpoint was not published in this run, two hosts giving the
+same URL.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import hashlib
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -26,67 +27,38 @@ except ImportError:  # pragma: no cover - tests import the module without Ansibl
     class AnsibleFilterError(Exception):
         pass
 
-SERVER_DEFAULT_PORT = 30000  # role sglang_server's default sglang_server_port
 
-
-def _get(vars_, name, default=None):
+def _endpoint(host, hostvars):
     try:
-        value = vars_[name]
+        endpoint = hostvars[host]["sglang_server_endpoint"]
     except (KeyError, TypeError):
-        return default
-    return default if value is None else value
-
-
-def _node_rank(host, hvars, groups):
-    group = _get(hvars, "sglang_server_multinode_group", "") or ""
-    if not group:
-        return group, 0
-    explicit = _get(hvars, "sglang_server_node_rank")
-    if explicit is not None and str(explicit) != "":
-        return group, int(explicit)
-    members = list(groups.get(group, []) if hasattr(groups, "get") else [])
-    if host not in members:
+        endpoint = None
+    except Exception:  # an undefined Ansible variable raises its own error class
+        endpoint = None
+    if not endpoint:
         raise AnsibleFilterError(
-            f"{host}: sglang_server_multinode_group is {group!r}, but the inventory group {group!r} "
-            f"does not contain {host}")
-    return group, members.index(host)
+            f"{host} has no sglang_server_endpoint: its server settings were not checked in this run "
+            "(role sglang_server, tasks_from: endpoint; every playbook's validate-first play does it for the "
+            f"GPU hosts in the play). Is {host} left out by --limit? The router needs every GPU host in the play.")
+    return endpoint
 
 
-def _url(scheme, address, port):
-    address = str(address)
-    try:
-        if ipaddress.ip_address(address.strip("[]")).version == 6:
-            address = f"[{address.strip('[]')}]"
-    except ValueError:
-        pass
-    return f"{scheme}://{address}:{int(port)}"
-
-
-def sglang_router_endpoints(hosts, hostvars, groups, scheme="http"):
+def sglang_router_endpoints(hosts, hostvars):
     """The GPU hosts that serve HTTP, in inventory order, with their URLs."""
     hosts = list(hosts or [])
     if not hosts:
         raise AnsibleFilterError(
             "sglang_router_worker_group names no hosts: the router needs at least one GPU host "
             "(add hosts to the group, e.g. gpu_hosts, or set sglang_router_worker_urls)")
-    endpoints, heads, urls = [], {}, {}
+    endpoints, urls = [], {}
     for host in hosts:
-        hvars = hostvars[host]
-        group, rank = _node_rank(host, hvars, groups)
-        if group:
-            if rank == 0 and group in heads:
-                raise AnsibleFilterError(
-                    f"multi-node group {group!r}: {heads[group]} and {host} both have node rank 0 "
-                    "(sglang_server_node_rank): every rank must be given once")
-            if rank != 0:
-                continue
-            heads[group] = host
-        address = (_get(hvars, "sglang_router_worker_address", "")
-                   or _get(hvars, "ansible_host", "") or host)
-        url = _url(scheme, address, _get(hvars, "sglang_server_port", SERVER_DEFAULT_PORT))
+        endpoint = _endpoint(host, hostvars)
+        if not endpoint["serves_http"]:
+            continue
+        url = endpoint["url"]
         if url in urls:
             raise AnsibleFilterError(
-                f"{urls[url]} and {host} both give the worker URL {url}: set sglang_router_worker_address "
+                f"{urls[url]} and {host} both give the worker URL {url}: set sglang_server_advertise_address "
                 "or sglang_server_port so that every GPU host has its own")
         urls[url] = host
         endpoints.append({"host": host, "url": url})
@@ -94,8 +66,9 @@ def sglang_router_endpoints(hosts, hostvars, groups, scheme="http"):
 
 
 def sglang_router_key_mismatches(hosts, hostvars, key):
-    """Hosts whose sglang_server_api_key is not the router's key (names only)."""
-    return [h for h in hosts or [] if str(_get(hostvars[h], "sglang_server_api_key", "") or "") != str(key or "")]
+    """Hosts whose server expects another API key than ``key`` (names only, never keys)."""
+    want = hashlib.sha256(str(key).encode()).hexdigest() if key else ""
+    return [h for h in hosts or [] if _endpoint(h, hostvars)["api_key_sha256"] != want]
 
 
 class FilterModule:
