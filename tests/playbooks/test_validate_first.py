@@ -1,0 +1,86 @@
+"""site.yml validates every role on every host before any host changes (playbooks/validate.yml).
+
+A fresh test host (a real systemd container, nothing installed yet) is both a GPU host and a
+router host. For a bad value of each role, site.yml must fail in its first play, naming the
+variable, with the host's snapshot (files under /etc, /usr, /opt, /var/lib..., dpkg state, holds,
+users) identical before and after: no driver, no build, no user was touched first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from repo import ROOT
+from testhost import SNAPSHOT, TestHost, harness_or_skip
+
+SITE = ROOT / "site.yml"
+
+# One bad value per role: (role, extra vars, what the failure must name).
+CASES = [
+    ("nvidia_cuda", {"nvidia_cuda_driver_branch": "58"}, "nvidia_cuda_driver_branch"),
+    ("sglang_build", {"sglang_build_sglang_version": "latest!"}, "sglang_build_sglang_version"),
+    ("sglang_eagle3_patch", {"sglang_eagle3_patch_class": "1NotAClass"}, "sglang_eagle3_patch_class"),
+    ("gpu_preflight", {"gpu_preflight_expected_gpu_count": 0}, "gpu_preflight_expected_gpu_count"),
+    ("sglang_server", {"sglang_server_tp_size": 3}, "sglang_server_tp_size"),
+    ("sglang_server (argument spec type)", {"sglang_server_port": "http"}, "sglang_server_port"),
+    ("sglang_bench", {"sglang_bench_confidence": 1.5}, "sglang_bench_confidence"),
+    ("sglang_router", {"sglang_router_policy": "fastest"}, "sglang_router_policy"),
+]
+
+
+@pytest.fixture(scope="module")
+def host():
+    harness = harness_or_skip()
+    h = TestHost("pytest-validate-first", harness["image"], harness["mirror"]).start()
+    yield h
+    h.remove()
+
+
+def inventory(host: TestHost, path):
+    """The host in gpu_hosts and in sglang_routers, with the demo inventory's group_vars."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
+    line = f"{host.name} ansible_connection=sglang_testhost ansible_python_interpreter=/usr/bin/python3\n"
+    (path / "hosts.ini").write_text(f"[gpu_hosts]\n{line}[sglang_routers]\n{line}"
+                                    "[sglang_routers:vars]\nsglang_router_host=127.0.0.1\n")
+    return path
+
+
+def run(host, tmp_path, playbook, *args):
+    inv = inventory(host, tmp_path / "inventory")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_CONNECTION_PLUGINS=str(ROOT / "tests" / "harness" / "connection_plugins"),
+               NVIDIA_MIRROR_DIR=str(host.mirror_dir), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(["ansible-playbook", "-i", str(inv), str(playbook), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_same_inventory_without_a_bad_value_passes_validation_unchanged(host, tmp_path):
+    """So each case below fails because of its own bad value, nothing else."""
+    before = host.sh(SNAPSHOT).stdout
+    proc = run(host, tmp_path, ROOT / "playbooks" / "validate.yml")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert re.search(rf"{re.escape(host.name)}\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout)
+    for role in ("nvidia_cuda", "sglang_build", "sglang_eagle3_patch", "gpu_preflight", "sglang_server",
+                 "sglang_bench", "sglang_router"):
+        assert f"TASK [{role} : " in proc.stdout, f"{role} was not validated"
+    assert host.sh(SNAPSHOT).stdout == before, "validation changed the host"
+
+
+@pytest.mark.parametrize("extra,expect", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_bad_value_fails_in_the_first_play_with_the_host_unchanged(host, tmp_path, extra, expect):
+    before = host.sh(SNAPSHOT).stdout
+    proc = run(host, tmp_path, SITE, "-e", json.dumps(extra))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert expect in out, out[-4000:]
+    plays = re.findall(r"^PLAY \[(.+?)\]", proc.stdout, re.M)
+    assert plays and all(p.startswith("Check the ") for p in plays), f"a play past validation started: {plays}"
+    assert re.search(rf"{re.escape(host.name)}\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), \
+        out[-3000:]
+    assert host.sh(SNAPSHOT).stdout == before, "the host changed"
