@@ -4,7 +4,7 @@ The simulated GPU host is a podman container running systemd (a real host in eve
 respect but its GPUs, which the test mirror's driver package declares: a TEST
 DOUBLE). The NVIDIA repository is the local signed test mirror and SGLang's sources
 are local git repositories made from its PyPI sdists, both served inside the host.
-With no GPU, the server runs the labelled SGLang simulator (files/sglang_sim.py).
+With no GPU, the server runs the labelled SGLang simulator (roles/sglang_server/files/sglang_sim/).
 Everything else the playbooks do to the host is real.
 
 Usage: python3 tests/harness/demo.py [--recreate] [--down]
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = ROOT / "bench-results" / HOST / "report.md"
     if bench.exists():
-        print(f"\n== Benchmark report (SIMULATED server: files/sglang_sim.py; {bench.relative_to(ROOT)}) ==")
+        print(f"\n== Benchmark report (SIMULATED server: roles/sglang_server/files/sglang_sim; {bench.relative_to(ROOT)}) ==")
         text = bench.read_text()
         print(text.split("## History")[0].strip())
         print(f"\nhistory and plot: {bench.parent.relative_to(ROOT)}/ (report.md, history.png)")

@@ -20,7 +20,7 @@ testinfra_hosts = [f"podman://{NAME}"]
 ROOT = Path(__file__).resolve().parents[3]
 TREE = {"0.5.9": "/usr/src/sglang-0.5.9", "0.5.10": "/usr/src/sglang-0.5.10"}
 MODEL = "python/sglang/srt/models/kimi_k25.py"
-CHECKER = "/usr/local/libexec/sglang-ansible/sglang_interface_check.py"
+CHECKER = "/usr/local/libexec/sglang-ansible"  # holds the package sglang_interface_check/
 BEGIN, END = "# BEGIN sglang_eagle3_patch", "# END sglang_eagle3_patch"
 METHODS = ["set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head"]
 REQUIRED = {"set_eagle3_layers_to_capture", "get_embed_and_head"}  # of a target, for EAGLE3
@@ -39,7 +39,7 @@ def before(host):
 
 
 def interface_check(host, package_dir):
-    out = host.run(f"python3 {CHECKER} {package_dir} --json")
+    out = host.run(f"cd {CHECKER} && python3 -B -m sglang_interface_check {package_dir} --json")
     return out.rc, json.loads(out.stdout)
 
 

@@ -39,7 +39,7 @@ def test_service_enabled_running_and_ready(host):
 
 def test_unit_runs_the_release_through_the_launcher_as_the_service_user(host):
     unit = host.file("/etc/systemd/system/sglang-server.service").content_string
-    assert "ExecStart=/opt/sglang/current/venv/bin/python /opt/sglang/bin/sglang_launch.py --script" in unit
+    assert "ExecStart=/opt/sglang/current/venv/bin/python /opt/sglang/bin/sglang_launch.py --module sglang_sim --" in unit
     for arg in ['"--tp-size" \\', '"8"', '"--speculative-algorithm" \\', '"EAGLE3"', '"--speculative-num-draft-tokens"']:
         assert arg in unit
     props = host.check_output("systemctl show sglang-server -p User -p Restart -p NoNewPrivileges -p ProtectSystem "

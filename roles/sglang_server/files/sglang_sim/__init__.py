@@ -1,0 +1,86 @@
+"""SGLang server SIMULATOR -- a TEST DOUBLE, not SGLang. No GPU, no model, no real tokens.
+
+Why it exists: the Ansible project that turns a GPU server into an SGLang service needs
+something to start, health-check, benchmark and break on machines without a GPU (CI,
+molecule containers, a laptop).  This program stands in for `python -m
+sglang.launch_server` of SGLang 0.5.9: it takes exactly SGLang's command-line flags (from
+flags.json in this package, generated from SGLang's own server_args.py; unknown flags are an
+argparse error, exit 2) and speaks the HTTP API shapes of SGLang 0.5.9, but every answer
+is made up.  Everything it says about itself is labelled: the --help text, the first log
+line and `"simulator": true` in /get_server_info.  Standard library only (python3 >= 3.11).
+
+Run it as SGLang is run, by module: ``python3 -m sglang_sim --model-path ... [SGLang flags]`` with
+the directory holding this package on ``sys.path`` (on a host: the unit's launcher,
+``sglang_launch.py --module sglang_sim``, whose own directory is the tools directory this package
+is copied into, whole).  Where the parts are:
+  settings.py    what the simulator is told (SGLANG_SIM_* environment, faults) and its label
+  flags.py       SGLang's command line, rebuilt from flags.json (argparse, ServerArgs defaults)
+  sglang_dir.py  what it reads from a real SGLang package (version, the Kimi-K2.5 EAGLE-3 methods)
+  engine.py      the timing model: admission, prefill, the decode step clock, EAGLE acceptance
+  http.py        HTTP/1.1 on asyncio streams: requests, plain and chunked (SSE) responses
+  api.py         SGLang's HTTP API: routes, auth, readiness, response shapes; serve()
+  __main__.py    start-up: parse, validate, log as SGLang does, serve
+
+Endpoints: GET /health, /health_generate (503 until ready, then 200 after ~1 s, as SGLang's
+health check runs a 1-token generation and polls once a second), /get_server_info and
+/server_info (server args, internal_states[0].avg_spec_accept_length when speculative,
+updated at each "Decode batch" log line, every --decode-log-interval steps, as in SGLang;
+version), /get_model_info and /model_info, /v1/models, /v1/loads and /get_load (running and
+queued requests, for draining a host before a restart); POST /generate (native; JSON or SSE
+with "stream": true), /v1/completions, /v1/chat/completions (JSON or SSE; usage in the
+response, per chunk with stream_options.continuous_usage_stats, and as a final chunk with
+stream_options.include_usage).  With --api-key every request needs `Authorization: Bearer
+KEY` (401 {"error": "Unauthorized"}) except OPTIONS and paths starting with /health or
+/metrics, the exemptions of sglang/srt/utils/auth.py.
+
+Timing model (the "truth" the benchmark tests measure against):
+  step(n)  = SLOWDOWN_FACTOR / DECODE_TOK_S * (1 + BATCH_SLOWDOWN * (n - 1))
+             n = requests in the decode batch when the step starts.  One shared step clock
+             advances every running request by one step per step(n); steps are scheduled
+             on absolute deadlines, so lateness of one step is not carried into the next.
+  prefill  = the first token arrives TTFT_MS * SLOWDOWN_FACTOR / 1000 s after the request
+             was read (or admitted, if it had to queue); the request then joins the decode
+             batch at the next step boundary.
+  tokens   = 1 per step without speculation.  With --speculative-algorithm, k tokens per
+             verify step, 1 <= k <= speculative_num_draft_tokens, drawn from a chain
+             acceptance model (each draft token accepted with probability p, p solved so
+             that E[k] = ACCEPT_LENGTH) and steered so that a request's running total stays
+             within 1 token of steps * ACCEPT_LENGTH (seeded per request by SEED).
+  => single-request decode rate = DECODE_TOK_S * ACCEPT_LENGTH / SLOWDOWN_FACTOR tokens/s,
+     and a request of N tokens alone takes TTFT + (N - 1) / ACCEPT_LENGTH * step(1).
+  Admission: at most max_running_requests run (prefill + decode); the rest queue.  As in
+  SGLang 0.5.9, EAGLE/EAGLE3/STANDALONE/NGRAM default it to 48; otherwise unlimited here.
+  Outputs always run to max_new_tokens (finish_reason "length"); there is no EOS.
+
+Settings come from the environment only, because the command line must be SGLang's:
+  SGLANG_SIM_LOAD_SECONDS      3      seconds from start to ready (health 503 meanwhile)
+  SGLANG_SIM_DECODE_TOK_S      50     decode steps/s of one request (its tok/s without speculation)
+  SGLANG_SIM_ACCEPT_LENGTH     2.5    mean tokens per verify step when speculative
+  SGLANG_SIM_TTFT_MS           150    prefill time (time to first token) per request
+  SGLANG_SIM_BATCH_SLOWDOWN    0.01   step-time growth per extra running request
+  SGLANG_SIM_SLOWDOWN_FACTOR   1.0    multiplies every generation time (regression gates)
+  SGLANG_SIM_SEED              0      seed of the per-request acceptance draws
+  SGLANG_SIM_SGLANG_DIR        unset  an SGLang package dir (holding srt/) to inspect
+  SGLANG_SIM_FAULT             unset  comma-separated faults, below
+Faults:
+  Kimi-K2.5 + EAGLE-3 check (default on): when SGLANG_SIM_SGLANG_DIR is set, the algorithm
+    is EAGLE3 and --model-path names Kimi-K2.5, the simulator parses
+    DIR/srt/models/kimi_k25.py with `ast` and, if KimiK25ForConditionalGeneration lacks a
+    method SGLang 0.5.9 calls on the target model (set_eagle3_layers_to_capture from
+    model_runner.py, then get_embed_and_head from eagle_worker.py), prints SGLang's
+    traceback ending in `AttributeError: 'KimiK25ForConditionalGeneration' object has no
+    attribute '...'` to stderr after LOAD_SECONDS and exits 1, as the real server does.
+  crash_on_start_missing_eagle3  run that check whatever the model path says.
+  crash_after_requests:N  N generation requests are served; the process dies (os._exit(1))
+                          half-way through request N+1, cutting its stream.
+  error_after_requests:N  generation requests after the first N get HTTP 500.
+  never_ready             /health and /health_generate answer 503 forever.
+Generation requests are those to /generate, /v1/completions and /v1/chat/completions.
+
+Deliberate differences from SGLang: the port opens at once (SGLang listens only after the
+weights are loaded); generation endpoints answer 503 until ready; logs go to stdout;
+prompt_tokens is a whitespace word count; one prompt per request (no batches, n=1);
+--config is refused (exit 2) and /metrics is absent; of SGLang's argument post-processing only
+the speculative defaults (NEXTN->EAGLE, auto 3/1/4, draft tokens = steps + 1 for topk 1,
+max_running_requests 48) and served_model_name/tokenizer_path defaults are applied.
+"""

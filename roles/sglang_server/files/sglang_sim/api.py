@@ -1,0 +1,442 @@
+"""SGLang's HTTP API as the SIMULATOR (TEST ONLY) serves it: routes, auth, readiness, faults and the
+response shapes of SGLang 0.5.9; ``serve()`` runs it with the engine's step clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable
+
+from .engine import Engine, GenRequest
+from .http import ClientGone, HttpRequest, Responder, dumps, read_request
+from .settings import READY_TEXT, SimConfigError, SimSettings
+from .sglang_dir import KIMI_CLASS, KIMI_K25_NAME, kimi_crash_traceback, missing_target_method
+
+HEALTH_CHECK_POLL_S = 1.0  # SGLang's health_generate sleeps 1 s before its first check
+CHAT_DEFAULT_MAX_TOKENS = 128  # SGLang would generate to EOS/context; the sim has no EOS
+
+log = logging.getLogger("sglang_sim")
+
+
+class SimServer:
+    """The simulated SGLang HTTP server: routes, auth, readiness and the response shapes."""
+
+    def __init__(self, settings: SimSettings, server_args: dict[str, Any], version: str) -> None:
+        self.settings = settings
+        self.args = server_args
+        self.version = version
+        self.engine = Engine(settings, server_args)
+        self.ready = False
+        self.generation_count = 0
+        self.background: set[asyncio.Future[None]] = set()
+        self.routes: dict[str, tuple[tuple[str, ...], Callable[[HttpRequest, Responder], Any]]] = {
+            "/health": (("GET",), self.health),
+            "/health_generate": (("GET",), self.health),
+            "/get_model_info": (("GET",), self.model_info),
+            "/model_info": (("GET",), self.model_info),
+            "/get_server_info": (("GET",), self.server_info),
+            "/server_info": (("GET",), self.server_info),
+            "/v1/models": (("GET",), self.models),
+            "/v1/loads": (("GET",), self.loads),
+            "/get_load": (("GET",), self.get_load),
+            "/generate": (("POST", "PUT"), self.generate),
+            "/v1/completions": (("POST",), self.completions),
+            "/v1/chat/completions": (("POST",), self.chat_completions),
+        }
+
+    # ---- connection handling
+
+    async def handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = writer.get_extra_info("peername")[:2]
+        peer = f"{host}:{port}"
+        try:
+            while True:
+                req = await read_request(reader, writer, peer)
+                if req is None:
+                    break
+                keep_alive = req.headers.get("connection", "").lower() != "close"
+                await self.dispatch(req, Responder(writer, req, keep_alive))
+                if not keep_alive:
+                    break
+        except (ClientGone, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    def authorized(self, req: HttpRequest) -> bool:
+        """sglang/srt/utils/auth.py decide_request_auth() for --api-key (NORMAL endpoints)."""
+        key = self.args.get("api_key")
+        if not key or req.method == "OPTIONS" or req.path.startswith(("/health", "/metrics")):
+            return True
+        scheme, _, token = req.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and token == key
+
+    async def dispatch(self, req: HttpRequest, out: Responder) -> None:
+        if not self.authorized(req):
+            await out.send_json(401, {"error": "Unauthorized"})
+            return
+        route = self.routes.get(req.path)
+        if route is None:
+            await out.send_json(404, {"detail": "Not Found"})
+            return
+        methods, handler = route
+        if req.method not in methods:
+            await out.send_json(405, {"detail": "Method Not Allowed"})
+            return
+        await handler(req, out)
+
+    # ---- info endpoints
+
+    async def health(self, req: HttpRequest, out: Responder) -> None:
+        if not self.ready:
+            await out.send(503, b"", "text/plain")
+            return
+        if req.path == "/health_generate" or os.environ.get(
+                "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").lower() in ("true", "1", "yes", "y"):
+            await asyncio.sleep(HEALTH_CHECK_POLL_S)
+        await out.send(200, b"", "text/plain")
+
+    def is_kimi(self) -> bool:
+        return bool(KIMI_K25_NAME.search(self.args["model_path"]))
+
+    async def model_info(self, req: HttpRequest, out: Responder) -> None:
+        await out.send_json(200, {
+            "model_path": self.args["model_path"],
+            "tokenizer_path": self.args["tokenizer_path"],
+            "is_generation": True,
+            "preferred_sampling_params": self.args.get("preferred_sampling_params"),
+            "weight_version": self.args.get("weight_version"),
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "kimi_k25" if self.is_kimi() else None,
+            "architectures": [KIMI_CLASS] if self.is_kimi() else None,
+        })
+
+    async def server_info(self, req: HttpRequest, out: Responder) -> None:
+        internal = dict(self.args)
+        internal["last_gen_throughput"] = self.engine.last_gen_throughput
+        internal["effective_max_running_requests_per_dp"] = self.args.get("max_running_requests")
+        if self.engine.avg_spec_accept_length() is not None:
+            internal["avg_spec_accept_length"] = self.engine.avg_spec_accept_length()
+        await out.send_json(200, {
+            **self.args,
+            "simulator": True,
+            "simulator_settings": self.settings.as_json(),
+            "internal_states": [internal],
+            "version": self.version,
+        })
+
+    async def models(self, req: HttpRequest, out: Responder) -> None:
+        name = self.args["served_model_name"]
+        await out.send_json(200, {"object": "list", "data": [{
+            "id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
+            "root": name, "parent": None, "max_model_len": self.args.get("context_length") or 262144,
+        }]})
+
+    def _load_counts(self) -> tuple[int, int]:
+        """(running, waiting) as SGLang's scheduler counts them: admitted requests, queue."""
+        waiting = len(self.engine.waiting)
+        return self.engine.admitted, waiting
+
+    async def loads(self, req: HttpRequest, out: Responder) -> None:
+        """/v1/loads of SGLang 0.5.9 (entrypoints/v1_loads.py): one DP rank, JSON format only."""
+        running, waiting = self._load_counts()
+        cap = self.engine.max_running or 0
+        load = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting,
+                "num_used_tokens": 0, "max_total_num_tokens": 0, "token_usage": 0.0,
+                "gen_throughput": self.engine.last_gen_throughput, "cache_hit_rate": 0.0,
+                "utilization": round(running / cap, 4) if cap else 0.0, "max_running_requests": cap,
+                "num_total_reqs": running + waiting}
+        await out.send_json(200, {
+            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "version": self.version, "dp_rank_count": 1, "loads": [load], "simulator": True,
+            "aggregate": {"total_running_reqs": running, "total_waiting_reqs": waiting,
+                          "total_reqs": running + waiting, "avg_token_usage": 0.0,
+                          "avg_throughput": round(self.engine.last_gen_throughput, 2),
+                          "avg_utilization": load["utilization"]},
+        })
+
+    async def get_load(self, req: HttpRequest, out: Responder) -> None:
+        """The deprecated /get_load (what sglang-router's /get_loads asks each worker)."""
+        running, waiting = self._load_counts()
+        await out.send_json(200, [{"dp_rank": 0, "num_reqs": running + waiting, "num_waiting_reqs": waiting,
+                                   "num_tokens": 0, "ts_tic": time.time()}])
+
+    # ---- generation
+
+    def _new_request(self, http: HttpRequest, prompt_tokens: int, max_new_tokens: int) -> GenRequest | int:
+        """A request for the engine, or the HTTP status to refuse it with (loading, faults)."""
+        if not self.ready:
+            return 503
+        self.generation_count += 1
+        number = self.generation_count
+        error_after = self.settings.fault("error_after_requests")
+        if error_after is not False and number > error_after:
+            return 500
+        crash_after = self.settings.fault("crash_after_requests")
+        crash_at = max(1, max_new_tokens // 2) if crash_after is not False and number > crash_after else None
+        return GenRequest(number, http.received, prompt_tokens, max_new_tokens, self.args.get("weight_version"),
+                          self.engine.new_sampler(number), crash_at)
+
+    async def _refuse(self, out: Responder, status: int) -> None:
+        if status == 503:
+            await out.send_json(503, {"error": {"message": "simulator: the model is still loading"}})
+        else:  # what Starlette answers when an endpoint raises
+            await out.send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+
+    def _launch(self, req: GenRequest) -> None:
+        task = asyncio.ensure_future(self.engine.generate(req))
+        self.background.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self.background.discard)
+
+    async def _stream(self, out: Responder, req: GenRequest, sink: Callable[[GenRequest], None],
+                      tail: Callable[[], list[bytes]]) -> None:
+        """Stream events written by `sink` as tokens appear, then `tail()` and [DONE]."""
+        out.start_stream()
+
+        def guarded(r: GenRequest) -> None:
+            try:
+                sink(r)
+            except ClientGone:  # SGLang aborts a request whose client went away
+                r.aborted, r.sink = True, None
+                r.done.set()
+
+        req.sink = guarded
+        self._launch(req)
+        await req.done.wait()
+        if req.aborted:
+            raise ClientGone()
+        for payload in tail():
+            out.event(payload)
+        await out.end_stream()
+
+    def _meta_info(self, req: GenRequest) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "id": req.rid,
+            "finish_reason": {"type": "length", "length": req.max_new_tokens},
+            "prompt_tokens": req.prompt_tokens,
+            "weight_version": self.args.get("weight_version"),
+            "total_retractions": 0,
+            "completion_tokens": req.completion_tokens,
+            "cached_tokens": 0,
+            "e2e_latency": (req.finished_wall or time.time()) - req.created_wall,
+        }
+        if req.verify_ct:
+            accepted = req.completion_tokens - 1 - req.verify_ct
+            drafts = req.verify_ct * (self.engine.max_k - 1)
+            meta["spec_accept_rate"] = accepted / drafts if drafts else 0.0
+            meta["spec_accept_length"] = req.completion_tokens / req.verify_ct
+            meta["spec_accept_token_num"] = accepted
+            meta["spec_draft_token_num"] = drafts
+            meta["spec_verify_ct"] = req.verify_ct
+            meta["spec_accept_histogram"] = req.histogram
+        return meta
+
+    def _native_payload(self, req: GenRequest, ids_from: int = 0) -> bytes:
+        """/generate's JSON: cumulative text, output_ids, meta_info (spec metrics once finished)."""
+        # The text is ASCII words from VOCAB: no JSON escaping needed, so it is spliced in.
+        ids = req.ids_csv if ids_from == 0 else ",".join(map(str, req.ids[ids_from:]))
+        if req.finished:
+            meta = dumps(self._meta_info(req))
+        else:
+            meta = req.meta_head + b"%d" % req.completion_tokens + b',"cached_tokens":0}'
+        return b'{"text":"' + req.text.encode() + b'","output_ids":[' + ids.encode() + b'],"meta_info":' + meta + b"}"
+
+    async def generate(self, http: HttpRequest, out: Responder) -> None:
+        try:
+            body = http.json()
+            params = body.get("sampling_params") or {}
+            max_new = int(params.get("max_new_tokens", 128))
+            if isinstance(body.get("input_ids"), list) and body["input_ids"] and isinstance(body["input_ids"][0], int):
+                prompt_tokens = len(body["input_ids"])
+            elif isinstance(body.get("text"), str):
+                prompt_tokens = max(1, len(body["text"].split()))
+            else:
+                raise ValueError("Either text, input_ids or input_embeds should be provided "
+                                 "(the simulator takes one prompt per request)")
+        except (ValueError, TypeError) as exc:
+            await out.send_json(400, {"error": {"message": str(exc)}})
+            return
+        req = self._new_request(http, prompt_tokens, max_new)
+        if isinstance(req, int):
+            await self._refuse(out, req)
+            return
+        if not body.get("stream"):
+            self._launch(req)
+            await req.done.wait()
+            await out.send(200, self._native_payload(req))
+            return
+        sent_ids = 0
+
+        def sink(r: GenRequest) -> None:
+            nonlocal sent_ids
+            # --stream-output makes output_ids incremental; text stays cumulative (tokenizer_manager)
+            out.event(self._native_payload(r, sent_ids if self.args.get("stream_output") else 0))
+            sent_ids = len(r.ids)
+
+        await self._stream(out, req, sink, lambda: [])
+
+    def _usage(self, req: GenRequest, drop_none: bool = False) -> dict[str, Any]:
+        usage: dict[str, Any] = {
+            "prompt_tokens": req.prompt_tokens,
+            "total_tokens": req.prompt_tokens + req.completion_tokens,
+            "completion_tokens": req.completion_tokens,
+            "prompt_tokens_details": None,
+            "reasoning_tokens": 0,
+        }
+        if drop_none:
+            del usage["prompt_tokens_details"]
+        return usage
+
+    async def _openai(self, http: HttpRequest, out: Responder, chat: bool) -> None:
+        """/v1/chat/completions and /v1/completions, shaped like serving_chat/serving_completions."""
+        try:
+            body = http.json()
+            if chat:
+                messages = body.get("messages")
+                if not isinstance(messages, list) or not messages:
+                    raise ValueError("messages must be a non-empty list")
+                words = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
+                max_new = body.get("max_completion_tokens") or body.get("max_tokens") or CHAT_DEFAULT_MAX_TOKENS
+            else:
+                prompt = body.get("prompt")
+                if not isinstance(prompt, str):
+                    raise ValueError("the simulator takes one string prompt per request")
+                words = len(prompt.split())
+                max_new = body.get("max_tokens", 16)
+            max_new = int(max_new)
+        except (ValueError, TypeError) as exc:
+            await out.send_json(400, {"object": "error", "message": str(exc), "type": "BadRequestError",
+                                      "param": None, "code": 400})
+            return
+        req = self._new_request(http, max(1, words), max_new)
+        if isinstance(req, int):
+            await self._refuse(out, req)
+            return
+        model = body.get("model", "default")
+        created = int(time.time())
+        if not body.get("stream"):
+            self._launch(req)
+            await req.done.wait()
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "message": {
+                    "role": "assistant", "content": req.text or None, "reasoning_content": None, "tool_calls": None}}
+            else:
+                choice = {"index": 0, "text": req.text}
+            choice.update({"logprobs": None, "finish_reason": "length", "matched_stop": None})
+            await out.send_json(200, {"id": req.rid, "object": "chat.completion" if chat else "text_completion",
+                                      "created": created, "model": model, "choices": [choice],
+                                      "usage": self._usage(req),
+                                      "metadata": {"weight_version": self.args.get("weight_version")}})
+            return
+        options = body.get("stream_options") or {}
+        chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choice: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
+            return dumps({"id": req.rid, "object": chunk_kind, "created": created, "model": model,
+                          "choices": [choice] if choice else [], "usage": usage})
+
+        def chat_choice(finish: str | None = None, **delta: Any) -> dict[str, Any]:
+            full = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None, **delta}
+            return {"index": 0, "delta": full, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+
+        sent = 0
+
+        def sink(r: GenRequest) -> None:
+            nonlocal sent
+            usage = self._usage(r) if options.get("continuous_usage_stats") else None
+            piece, first, sent = r.text[sent:], sent == 0, len(r.text)
+            if not chat:
+                out.event(chunk({"index": 0, "text": piece, "logprobs": None,
+                                 "finish_reason": "length" if r.finished else None, "matched_stop": None}, usage))
+                return
+            if first:  # serving_chat sends the role first, then the first content
+                out.event(chunk(chat_choice(role="assistant", content=""), None))
+            if piece:
+                out.event(chunk(chat_choice(content=piece), usage))
+
+        def tail() -> list[bytes]:
+            events = [chunk(chat_choice(finish="length"), None)] if chat else []
+            if options.get("include_usage"):
+                # serving_completions dumps this chunk with exclude_none=True, serving_chat does not
+                events.append(chunk(None, self._usage(req)) if chat else dumps(
+                    {"id": req.rid, "object": chunk_kind, "created": created, "model": model, "choices": [],
+                     "usage": self._usage(req, drop_none=True)}))
+            return events
+
+        await self._stream(out, req, sink, tail)
+
+    async def completions(self, http: HttpRequest, out: Responder) -> None:
+        await self._openai(http, out, chat=False)
+
+    async def chat_completions(self, http: HttpRequest, out: Responder) -> None:
+        await self._openai(http, out, chat=True)
+
+    # ---- life cycle
+
+    async def start_up(self) -> None:
+        """Simulated weight loading; then the Kimi check (crash) or readiness."""
+        log.info("Load weight begin. (simulated: SGLANG_SIM_LOAD_SECONDS=%s)", self.settings.load_seconds)
+        await asyncio.sleep(self.settings.load_seconds)
+        crash = self.kimi_crash()
+        if crash is not None:
+            print("[sglang_sim] simulated SGLang start-up failure (this is the simulator, not SGLang)",
+                  file=sys.stderr)
+            ts = time.strftime("%Y-%m-%d %H:%M:%S")
+            print(f"[{ts}] {crash}", file=sys.stderr, flush=True)
+            log.error("Received sigquit from a child process. It usually means the child failed.")
+            sys.stdout.flush()
+            os._exit(1)
+        log.info("Load weight end. (simulated)")
+        if self.settings.fault("never_ready"):
+            log.info("[sim] SGLANG_SIM_FAULT=never_ready: staying in the starting state")
+            return
+        self.ready = True
+        log.info(READY_TEXT)
+
+    def kimi_crash(self) -> str | None:
+        sglang_dir = self.settings.sglang_dir
+        if sglang_dir is None or self.args.get("speculative_algorithm") != "EAGLE3":
+            return None
+        if not (self.is_kimi() or self.settings.fault("crash_on_start_missing_eagle3")):
+            return None
+        kimi_file = sglang_dir / "srt" / "models" / "kimi_k25.py"
+        if not kimi_file.is_file():
+            raise SimConfigError(f"{kimi_file} is missing: this SGLang cannot serve Kimi-K2.5 at all")
+        method = missing_target_method(kimi_file)
+        return kimi_crash_traceback(sglang_dir, method) if method else None
+
+
+async def serve(settings: SimSettings, server_args: dict[str, Any], version: str) -> int:
+    sim = SimServer(settings, server_args, version)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        server = await asyncio.start_server(sim.handle_connection, server_args["host"], server_args["port"],
+                                            limit=1 << 20, reuse_address=True)
+    except OSError as exc:
+        log.error("[sim] cannot bind %s:%s: %s", server_args["host"], server_args["port"], exc)
+        return 1
+    log.info("INFO:     Uvicorn running on http://%s:%s (Press CTRL+C to quit)", server_args["host"],
+             server_args["port"])
+    tasks = [asyncio.ensure_future(sim.engine.run_clock()), asyncio.ensure_future(sim.start_up())]
+    waiter = asyncio.ensure_future(stop.wait())
+    pending: set[asyncio.Future[Any]] = {waiter, *tasks}
+    while not waiter.done():
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not waiter and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    log.info("INFO:     Shutting down (simulator received a stop signal)")
+    server.close()
+    for task in tasks:
+        task.cancel()
+    return 0

@@ -1,0 +1,103 @@
+"""What the simulator is told and how it labels itself (TEST ONLY: SGLang SIMULATOR).
+
+Settings come from the environment only (SGLANG_SIM_*, listed in the package docstring), because
+the command line must be SGLang's; a bad value is a SimConfigError (exit 2), never a guess.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BANNER = "SGLang SIMULATOR (test double: not SGLang, no GPU, no model; roles/sglang_server/files/sglang_sim)"
+READY_TEXT = "The server is fired up and ready to roll!"
+
+
+class SimConfigError(Exception):
+    """A problem with the simulator's own settings (environment), not with SGLang flags."""
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """The SGLANG_SIM_* environment variables, validated."""
+
+    load_seconds: float = 3.0
+    decode_tok_s: float = 50.0
+    accept_length: float = 2.5
+    ttft_ms: float = 150.0
+    batch_slowdown: float = 0.01
+    slowdown_factor: float = 1.0
+    seed: int = 0
+    sglang_dir: Path | None = None
+    faults: tuple[tuple[str, int | None], ...] = ()
+
+    FAULTS_WITH_COUNT = ("crash_after_requests", "error_after_requests")
+    FAULTS_PLAIN = ("crash_on_start_missing_eagle3", "never_ready")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> "SimSettings":
+        def number(name: str, default: float, minimum: float, strict: bool = False) -> float:
+            raw = env.get(name)
+            if raw is None or raw == "":
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise SimConfigError(f"{name}={raw!r} is not a number") from None
+            if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+                raise SimConfigError(f"{name}={raw!r} must be {'>' if strict else '>='} {minimum}")
+            return value
+
+        faults: list[tuple[str, int | None]] = []
+        for item in filter(None, (p.strip() for p in env.get("SGLANG_SIM_FAULT", "").split(","))):
+            name, _, count = item.partition(":")
+            if name in cls.FAULTS_WITH_COUNT and count.isdigit():
+                faults.append((name, int(count)))
+            elif name in cls.FAULTS_PLAIN and not count:
+                faults.append((name, None))
+            else:
+                known = [f"{f}:N" for f in cls.FAULTS_WITH_COUNT] + list(cls.FAULTS_PLAIN)
+                raise SimConfigError(f"SGLANG_SIM_FAULT item {item!r} unknown; known: {', '.join(known)}")
+        sglang_dir = env.get("SGLANG_SIM_SGLANG_DIR") or None
+        if sglang_dir is not None and not (Path(sglang_dir) / "srt").is_dir():
+            raise SimConfigError(f"SGLANG_SIM_SGLANG_DIR={sglang_dir!r} holds no srt/ directory")
+        seed = env.get("SGLANG_SIM_SEED", "0") or "0"
+        if not re.fullmatch(r"-?\d+", seed):
+            raise SimConfigError(f"SGLANG_SIM_SEED={seed!r} is not an integer")
+        return cls(
+            load_seconds=number("SGLANG_SIM_LOAD_SECONDS", cls.load_seconds, 0.0),
+            decode_tok_s=number("SGLANG_SIM_DECODE_TOK_S", cls.decode_tok_s, 0.0, strict=True),
+            accept_length=number("SGLANG_SIM_ACCEPT_LENGTH", cls.accept_length, 1.0),
+            ttft_ms=number("SGLANG_SIM_TTFT_MS", cls.ttft_ms, 0.0),
+            batch_slowdown=number("SGLANG_SIM_BATCH_SLOWDOWN", cls.batch_slowdown, 0.0),
+            slowdown_factor=number("SGLANG_SIM_SLOWDOWN_FACTOR", cls.slowdown_factor, 0.0, strict=True),
+            seed=int(seed),
+            sglang_dir=Path(sglang_dir) if sglang_dir else None,
+            faults=tuple(faults),
+        )
+
+    def fault(self, name: str) -> int | bool:
+        """The fault's count (or True for plain faults); False when not configured."""
+        for fault_name, count in self.faults:
+            if fault_name == name:
+                return True if count is None else count
+        return False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "load_seconds": self.load_seconds,
+            "decode_tok_s": self.decode_tok_s,
+            "accept_length": self.accept_length,
+            "ttft_ms": self.ttft_ms,
+            "batch_slowdown": self.batch_slowdown,
+            "slowdown_factor": self.slowdown_factor,
+            "seed": self.seed,
+            "sglang_dir": str(self.sglang_dir) if self.sglang_dir else None,
+            "faults": [f"{n}:{c}" if c is not None else n for n, c in self.faults],
+        }

@@ -1,0 +1,91 @@
+"""playbooks/preflight.yml against a real (container) host whose nvidia-smi is the test double.
+
+The host has the mirror's driver packages, so nvidia-smi answers as 8 RTX PRO 6000 GPUs on
+PCIe (what the demo inventory expects); it has no GPU device nodes, so the NCCL step must
+be skipped with that reason. Host thresholds are scaled to a container (64 MB /dev/shm).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import testhost
+from repo import ROOT
+
+PLAYBOOK = ROOT / "playbooks" / "preflight.yml"
+REPORT = "/var/lib/gpu-preflight/report.json"
+CONTAINER = {"gpu_preflight_model_size_gb": 1, "gpu_preflight_min_ram_gib": 1, "gpu_preflight_min_shm_gib": 0.05}
+# The harness's fingerprint of what roles touch, plus the preflight's own directory.
+SNAPSHOT = testhost.SNAPSHOT + "; find /var/lib/gpu-preflight -printf '%p %s %T@ %m\\n' 2>/dev/null | sort | sha256sum"
+
+
+def recap(out: str) -> dict:
+    line = next(ln for ln in out.splitlines() if ln.startswith("pytest-") and "ok=" in ln)
+    return dict(part.split("=") for part in line.split(":", 1)[1].split())
+
+
+def play(run_playbook, host, tmp_path, **extra):
+    fetch = tmp_path / "fetched"
+    proc = run_playbook(host, PLAYBOOK, "-e", json.dumps({**CONTAINER, "gpu_preflight_fetch_dir": str(fetch), **extra}))
+    return proc, proc.stdout + proc.stderr, fetch / f"{host.name}.json"
+
+
+def test_matching_inventory_passes_with_nccl_skipped_for_a_reason(gpu_testhost, run_playbook, tmp_path):
+    proc, out, fetched = play(run_playbook, gpu_testhost, tmp_path)
+    assert proc.returncode == 0, out[-4000:]
+    report = json.loads(gpu_testhost.sh(f"cat {REPORT}").stdout)
+    assert report["result"] == "passed" and report["phases"] == ["inventory", "host", "nccl"]
+    assert report["nccl"]["status"] == "skipped"
+    assert report["nccl"]["reason"].startswith("no GPU device nodes (/dev/nvidia[0-9]*) on this host")
+    assert {c["name"]: c["status"] for c in report["checks"]}["interconnect"] == "pass"
+    assert report["inventory"]["topology"]["interconnect"] == "pcie"
+    assert [g["name"] for g in report["inventory"]["gpus"]] == ["NVIDIA RTX PRO 6000 Blackwell Server Edition"] * 8
+    assert json.loads(fetched.read_text()) == report
+    assert gpu_testhost.sh(f"stat -c %a {REPORT}").stdout.strip() == "644"
+    assert "GPU preflight passed" in out
+    assert recap(out)["changed"] == "3"  # report directory, report, fetched copy (a rerun: molecule's idempotence)
+
+
+def test_a_missing_gpu_fails_naming_the_difference(gpu_testhost, run_playbook, tmp_path):
+    seven = [{"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_cap": "12.0", "memory_mib": 97887,
+              "pci_bus_id": "00000000:%02X:00.0" % (0x18 + i)} for i in range(8) if i != 5]
+    gpu_testhost.sh("mkdir -p /etc/nvidia-test-double && cat > /etc/nvidia-test-double/gpus.json <<'EOF'\n"
+                    + json.dumps({"gpus": seven}) + "\nEOF")
+    try:
+        proc, out, fetched = play(run_playbook, gpu_testhost, tmp_path)
+    finally:
+        gpu_testhost.sh("rm -f /etc/nvidia-test-double/gpus.json")
+    assert proc.returncode != 0
+    assert "GPU preflight failed on pytest-test-preflight-role: inventory/gpu_count: expected 8 GPU(s) " \
+           "(gpu_preflight_expected_gpu_count), nvidia-smi lists 7:" in out, out[-4000:]
+    report = json.loads(fetched.read_text())  # written and fetched before failing, for whoever investigates
+    assert report["result"] == "failed" and report["failures"][0].startswith("inventory/gpu_count")
+    assert recap(out)["changed"] != "0"  # the decision flipped from passed to failed
+
+
+BAD = [
+    ("negative-latency", {"gpu_preflight_nccl_max_latency_us": -1}, "gpu_preflight_nccl_max_latency_us must be 0 or more"),
+    ("negative-busbw", {"gpu_preflight_nccl_min_busbw_gbps": -5}, "gpu_preflight_nccl_min_busbw_gbps must be 0 or more"),
+    ("negative-model-size", {"gpu_preflight_model_size_gb": -550}, "gpu_preflight_model_size_gb must be 0 or more"),
+    ("sizes-descending", {"gpu_preflight_nccl_sizes": [268435456, 16384]}, "gpu_preflight_nccl_sizes must be"),
+    ("size-odd-for-bf16", {"gpu_preflight_nccl_sizes": [16383, 268435456], "gpu_preflight_nccl_latency_size": 16383},
+     "a multiple of the bfloat16 element size"),
+    ("size-not-a-number", {"gpu_preflight_nccl_sizes": ["16K"]}, "gpu_preflight_nccl_sizes"),
+    ("latency-size-not-measured", {"gpu_preflight_nccl_latency_size": 8192},
+     "gpu_preflight_nccl_latency_size (8192) must be one of gpu_preflight_nccl_sizes"),
+    ("gpu-count-zero", {"gpu_preflight_expected_gpu_count": 0}, "gpu_preflight_expected_gpu_count must be at least 1"),
+    ("env-lower-case", {"gpu_preflight_nccl_env": {"nccl_debug": "INFO"}}, "gpu_preflight_nccl_env must map upper-case"),
+]
+
+
+@pytest.mark.parametrize("extra,expect", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_input_fails_before_any_change(gpu_testhost, run_playbook, tmp_path, extra, expect):
+    before = gpu_testhost.sh(SNAPSHOT).stdout
+    proc, out, fetched = play(run_playbook, gpu_testhost, tmp_path, **extra)
+    assert proc.returncode != 0, out[-3000:]
+    assert expect in out, out[-3000:]
+    assert recap(out)["changed"] == "0"
+    assert gpu_testhost.sh(SNAPSHOT).stdout == before, "the host changed"
+    assert not fetched.exists()

@@ -1,0 +1,87 @@
+"""Fixtures for the sglang_build tests: a real container host with the local SGLang sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import sources
+from repo import ROOT
+from testhost import MIRROR_UNIT, TestHost, harness_or_skip
+
+SOURCES_UNIT = (
+    "[Unit]\nDescription=TEST ONLY: local SGLang sources (tests/harness/sources.py)\n[Service]\n"
+    "ExecStart=/usr/bin/python3 -m http.server 8089 --bind 127.0.0.1 --directory /srv/sglang-sources\n"
+    "[Install]\nWantedBy=multi-user.target\n"
+)
+
+
+class BuildHost(TestHost):
+    """A TestHost that also mounts the SGLang sources and serves them on its loopback."""
+
+    __test__ = False
+
+    def __init__(self, name: str, image: str, mirror_dir: Path, sources_dir: Path):
+        super().__init__(name, image, mirror_dir)
+        self.sources_dir = sources_dir
+
+    def start(self, boot_timeout: float = 90) -> "BuildHost":
+        # As TestHost.start, with the sources mounted too (TestHost takes no extra volumes).
+        subprocess.run(["podman", "rm", "-f", "--ignore", self.name], check=True, capture_output=True)
+        subprocess.run(["podman", "run", "-d", "--name", self.name, "--hostname", self.name, "--systemd=always",
+                        "-v", f"{self.mirror_dir}:/srv/nvidia-mirror:ro",
+                        "-v", f"{self.sources_dir}:/srv/sglang-sources:ro", self.image, "/sbin/init"],
+                       check=True, capture_output=True)
+        deadline = time.monotonic() + boot_timeout
+        while self.sh("systemctl is-system-running", check=False).stdout.strip() not in ("running", "degraded"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: systemd not running after {boot_timeout} s")
+            time.sleep(0.5)
+        self.sh(f"cat > /etc/systemd/system/test-nvidia-mirror.service <<'EOF'\n{MIRROR_UNIT}EOF\n"
+                "systemctl daemon-reload && systemctl enable --now test-nvidia-mirror")
+        self.sh(f"cat > /etc/systemd/system/test-sglang-sources.service <<'EOF'\n{SOURCES_UNIT}EOF\n"
+                "systemctl daemon-reload && systemctl enable --now test-sglang-sources && "
+                "for i in $(seq 50); do curl -sf http://127.0.0.1:8089/sources.json >/dev/null && exit 0; sleep 0.2; done; exit 1")
+        return self
+
+    def json(self, path: str) -> dict:
+        return json.loads(self.sh(f"cat {path}").stdout)
+
+
+@pytest.fixture(scope="session")
+def harness():
+    """The shared harness (tests/roles/conftest.py) and the SGLang sources."""
+    return dict(harness_or_skip(), sources=Path(os.environ.get("SGLANG_SOURCES_DIR") or sources.ensure()))
+
+
+@pytest.fixture(scope="module")
+def buildhost(harness, request):
+    host = BuildHost(f"pytest-{request.module.__name__.rsplit('.', 1)[-1].replace('_', '-')}",
+                     harness["image"], harness["mirror"], harness["sources"]).start()
+    yield host
+    host.remove()
+
+
+@pytest.fixture
+def run_playbook(harness, tmp_path):
+    """Run a playbook against a test host with the demo inventory's group_vars."""
+
+    def run(host: TestHost, playbook: Path, *args: str, wait: bool = True):
+        inv_dir = tmp_path / "inventory"
+        inv_dir.mkdir(exist_ok=True)
+        host.inventory(inv_dir / "hosts.ini")
+        (inv_dir / "group_vars").unlink(missing_ok=True)
+        (inv_dir / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NVIDIA_MIRROR_DIR=str(harness["mirror"]),
+                   ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+        cmd = ["ansible-playbook", "-i", str(inv_dir), str(playbook), *args]
+        if not wait:
+            return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+    return run

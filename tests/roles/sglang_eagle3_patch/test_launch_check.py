@@ -1,0 +1,173 @@
+"""The launch-settings check: facts per release and architecture, impossible settings, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repo import load
+
+support = load("tests/roles/sglang_eagle3_patch/patch_support.py", "sglang_eagle3_patch_support")
+LAUNCH_CHECK, NEWEST, PATCHED_UPSTREAM, UNPATCHED = (support.LAUNCH_CHECK, support.NEWEST, support.PATCHED_UPSTREAM,
+                                                  support.UNPATCHED)
+
+FACTS = LAUNCH_CHECK.with_name("sglang_launch_facts.json")
+# The recipe published for the public Kimi-K2.5 EAGLE-3 draft, on 8 GPUs.
+GOOD = {
+    "tp_size": 8,
+    "mem_fraction_static": 0.9,
+    "speculative_algorithm": "EAGLE3",
+    "speculative_draft_model_path": "/models/kimi-k25-eagle3",
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": 4,
+    "extra_args": ["--trust-remote-code"],
+}
+
+
+def run(settings: dict, version: str = UNPATCHED, arch: str = "12.0", gpus: int = 8) -> tuple[int, dict]:
+    done = subprocess.run(
+        [sys.executable, str(LAUNCH_CHECK), "--sglang-version", version, "--arch", arch,
+         "--gpu-count", str(gpus), "--args-json", "-", "--json"],
+        input=json.dumps(settings), capture_output=True, text=True,
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+def ids(report: dict, kind: str) -> set[str]:
+    return {entry["id"] for entry in report[kind]}
+
+
+def test_the_published_recipe_passes():
+    rc, report = run(GOOD)
+    assert rc == 0
+    assert report["failures"] == [] and report["warnings"] == []
+    assert report["facts_checked"] > 0
+
+
+@pytest.mark.parametrize(
+    ("version", "arch", "rc", "failures", "warnings"),
+    [
+        (UNPATCHED, "12.0", 1, {"torch-symm-mem-keyerror-sm120"}, set()),
+        ("0.5.13.post1", "12.0", 1, {"torch-symm-mem-keyerror-sm120"}, set()),
+        ("0.5.14", "12.0", 0, set(), {"torch-symm-mem-noop-sm120"}),
+        (NEWEST, "12.0", 0, set(), {"torch-symm-mem-noop-sm120"}),
+        (UNPATCHED, "9.0", 0, set(), set()),
+    ],
+)
+def test_torch_symm_mem_depends_on_release_and_arch(version, arch, rc, failures, warnings):
+    code, report = run(dict(GOOD, enable_torch_symm_mem=True), version=version, arch=arch)
+    assert code == rc
+    assert ids(report, "failures") == failures
+    assert ids(report, "warnings") == warnings
+
+
+def test_a_flag_in_extra_args_counts_like_a_setting():
+    _, structured = run(dict(GOOD, enable_torch_symm_mem=True))
+    _, raw = run(dict(GOOD, extra_args=["--trust-remote-code", "--enable-torch-symm-mem"]))
+    assert ids(structured, "failures") == ids(raw, "failures") == {"torch-symm-mem-keyerror-sm120"}
+
+
+def test_failing_fact_cites_its_source():
+    _, report = run(dict(GOOD, enable_torch_symm_mem=True))
+    sources = report["failures"][0]["sources"]
+    assert any("device_communicators/all_reduce_utils.py:3-16 (sglang 0.5.9)" in s for s in sources)
+
+
+@pytest.mark.parametrize("version", [UNPATCHED, PATCHED_UPSTREAM, "0.5.20"])
+def test_flashinfer_allreduce_fusion_is_a_noop_warning_on_sm120(version):
+    rc, report = run(dict(GOOD, enable_flashinfer_allreduce_fusion=True), version=version)
+    assert rc == 0
+    assert ids(report, "warnings") == {"flashinfer-allreduce-fusion-noop-sm120"}
+    _, hopper = run(dict(GOOD, enable_flashinfer_allreduce_fusion=True), version=version, arch="9.0")
+    assert hopper["warnings"] == []
+
+
+def test_facts_outside_their_release_range_do_not_apply():
+    _, report = run(dict(GOOD, enable_flashinfer_allreduce_fusion=True), version="0.5.21")
+    assert "flashinfer-allreduce-fusion-noop-sm120" in report["facts_not_applicable"]
+    assert report["warnings"] == []
+
+
+@pytest.mark.parametrize(
+    ("change", "gpus", "expected"),
+    [
+        ({"tp_size": 16}, 8, {"parallel-size-exceeds-gpus"}),
+        ({"tp_size": 4, "pp_size": 4}, 8, {"parallel-size-exceeds-gpus"}),
+        ({"tp_size": 3}, 8, {"tp-size-not-dividing-gpus"}),
+        ({"speculative_draft_model_path": None}, 8, {"eagle3-without-draft-model"}),
+        ({"mem_fraction_static": 1.5}, 8, {"mem-fraction-static-out-of-range"}),
+        ({"speculative_num_steps": None}, 8, {"speculative-params-without-num-steps"}),
+        ({"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "env": {"SGLANG_ENABLE_SPEC_V2": "1"}}, 8, {"spec-v2-topk-above-1"}),
+    ],
+)
+def test_impossible_settings_fail(change, gpus, expected):
+    rc, report = run(dict(GOOD, **change), gpus=gpus)
+    assert rc == 1
+    assert ids(report, "failures") == expected
+
+
+def test_ignored_settings_warn():
+    _, overridden = run(dict(GOOD, speculative_num_draft_tokens=6))
+    assert ids(overridden, "warnings") == {"speculative-topk1-draft-tokens-overridden"}
+    plain = {k: v for k, v in GOOD.items() if k != "speculative_algorithm"}
+    _, no_algorithm = run(plain)
+    assert ids(no_algorithm, "warnings") == {"speculative-settings-without-algorithm"}
+
+
+def test_aliases_and_strings_are_normalised():
+    rc, report = run({"tensor_parallel_size": "16", "speculative_algorithm": "eagle3", "speculative_draft_model_path": "/d"})
+    assert rc == 1
+    assert "parallel-size-exceeds-gpus" in ids(report, "failures")
+
+
+def test_text_output_and_exit_codes():
+    done = subprocess.run(
+        [sys.executable, str(LAUNCH_CHECK), "--sglang-version", UNPATCHED, "--arch", "12.0", "--gpu-count", "8",
+         "--args-json", "-"],
+        input=json.dumps(dict(GOOD, enable_torch_symm_mem=True)), capture_output=True, text=True,
+    )
+    assert done.returncode == 1
+    assert done.stdout.startswith("FAIL torch-symm-mem-keyerror-sm120:")
+    bad = subprocess.run(
+        [sys.executable, str(LAUNCH_CHECK), "--sglang-version", "latest", "--arch", "12.0", "--gpu-count", "8",
+         "--args-json", "-"],
+        input="{}", capture_output=True, text=True,
+    )
+    assert bad.returncode == 2
+    assert "not a release version" in bad.stderr
+
+
+def test_settings_file_argument(tmp_path: Path):
+    settings = tmp_path / "server.json"
+    settings.write_text(json.dumps(GOOD))
+    done = subprocess.run(
+        [sys.executable, str(LAUNCH_CHECK), "--sglang-version", UNPATCHED, "--arch", "12.0", "--gpu-count", "8",
+         "--args-json", str(settings)],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 0
+    assert done.stdout.startswith("OK: 0 failure(s), 0 warning(s)")
+
+
+def test_every_fact_is_well_formed_and_cited():
+    facts = json.loads(FACTS.read_text())["facts"]
+    assert len({f["id"] for f in facts}) == len(facts)
+    for fact in facts:
+        assert fact["severity"] in ("fail", "warn")
+        assert fact["when"] and fact["effect"] and fact["sources"]
+        for source in fact["sources"]:
+            assert source["file"] == "policy" or source["file"].startswith("python/sglang/srt/")
+
+
+@pytest.mark.parametrize(
+    ("version", "key"),
+    [("0.5.9", ((0, 5, 9, 0), (4, 0), 0)), ("0.5.13.post1", ((0, 5, 13, 0), (4, 0), 1)), ("0.5.10rc0", ((0, 5, 10, 0), (3, 0), 0))],
+)
+def test_version_ordering(launch_check, version, key):
+    assert launch_check.version_key(version) == key
+    assert launch_check.version_key("0.5.10rc0") < launch_check.version_key("0.5.10") < launch_check.version_key("0.5.10.post1")

@@ -1,0 +1,205 @@
+"""The sglang_eagle3_patch role, run for real with ansible-playbook on copies of real releases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repo import ROOT as REPO
+from repo import load
+
+support = load("tests/roles/sglang_eagle3_patch/patch_support.py", "sglang_eagle3_patch_support")
+KIMI, PATCHED_UPSTREAM, UNPATCHED = support.KIMI, support.PATCHED_UPSTREAM, support.UNPATCHED
+
+PATCH_TASK = "Add the delegation methods the wrapper lacks to srt/models/kimi_k25.py"
+
+
+def playbook(tmp_path: Path, tasks_from: str = "main") -> Path:
+    path = tmp_path / f"play-{tasks_from}.yml"
+    path.write_text(
+        "- name: Apply the role\n"
+        "  hosts: all\n"
+        "  gather_facts: false\n"
+        "  tasks:\n"
+        "    - name: Run sglang_eagle3_patch\n"
+        "      ansible.builtin.include_role:\n"
+        "        name: sglang_eagle3_patch\n"
+        f"        tasks_from: {tasks_from}\n"
+    )
+    return path
+
+
+def ansible(tmp_path: Path, play: Path, variables: dict, *options: str, inventory: str = "localhost,") -> dict:
+    """Run ansible-playbook locally; return the json callback's report."""
+    varfile = tmp_path / "vars.json"
+    varfile.write_text(json.dumps(variables))
+    # A configuration of its own: the json callback alone on stdout, this repository's roles.
+    config = tmp_path / "ansible.cfg"
+    config.write_text(
+        f"[defaults]\nroles_path = {REPO / 'roles'}\nstdout_callback = ansible.builtin.json\n"
+        f"local_tmp = {tmp_path / 'ansible-tmp'}\nretry_files_enabled = false\n"
+    )
+    env = dict(os.environ, ANSIBLE_CONFIG=str(config), PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-c", "local", "-i", inventory, str(play),
+         "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{varfile}", *options],
+        capture_output=True, text=True, cwd=REPO, env=env,
+    )
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"ansible-playbook printed no JSON (rc {done.returncode}): {done.stdout[-2000:]} {done.stderr[-2000:]}")
+
+
+def stats(report: dict) -> dict:
+    return next(iter(report["stats"].values()))
+
+
+def task_result(report: dict, name: str) -> dict:
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"].endswith(name):
+                return next(iter(task["hosts"].values()))
+    raise AssertionError(f"task {name!r} did not run")
+
+
+def failure_message(report: dict) -> str:
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            for result in task["hosts"].values():
+                if result.get("failed"):
+                    return result.get("msg", "")
+    return ""
+
+
+def role_vars(tree: Path, tmp_path: Path, **extra) -> dict:
+    return {
+        "sglang_eagle3_patch_source_dir": str(tree),
+        "sglang_eagle3_patch_python": sys.executable,
+        "sglang_eagle3_patch_tools_dir": str(tmp_path / "tools"),
+        **extra,
+    }
+
+
+def test_role_patches_once_then_changes_nothing(tree_copy, tmp_path):
+    tree = tree_copy(UNPATCHED)
+    play = playbook(tmp_path)
+    first = ansible(tmp_path, play, role_vars(tree, tmp_path))
+    assert stats(first)["failures"] == 0, failure_message(first)
+    assert task_result(first, PATCH_TASK)["changed"] is True
+    assert "kimi_k25 is ready for EAGLE3 (sglang 0.5.9)" in task_result(first, "Check that the model provides what SGLang calls for the algorithm")["msg"]
+    patched = (tree / KIMI).read_bytes()
+    assert b"# BEGIN sglang_eagle3_patch" in patched
+    second = ansible(tmp_path, play, role_vars(tree, tmp_path))
+    assert stats(second)["failures"] == 0
+    assert stats(second)["changed"] == 0
+    assert (tree / KIMI).read_bytes() == patched
+
+
+def test_check_mode_reports_the_change_and_leaves_the_file(tree_copy, tmp_path):
+    tree = tree_copy(UNPATCHED)
+    before = (tree / KIMI).read_bytes()
+    report = ansible(tmp_path, playbook(tmp_path), role_vars(tree, tmp_path), "--check", "--diff")
+    assert stats(report)["failures"] == 0, failure_message(report)
+    result = task_result(report, PATCH_TASK)
+    assert result["changed"] is True
+    assert "def set_eagle3_layers_to_capture(self, layer_ids=None):" in result["diff"]["after"]
+    assert (tree / KIMI).read_bytes() == before
+    assert not (tmp_path / "tools").exists()
+
+
+def test_release_with_upstream_methods_is_left_alone(tree_copy, tmp_path):
+    tree = tree_copy(PATCHED_UPSTREAM)
+    before = (tree / KIMI).read_bytes()
+    report = ansible(tmp_path, playbook(tmp_path), role_vars(tree, tmp_path))
+    assert stats(report)["failures"] == 0, failure_message(report)
+    assert task_result(report, PATCH_TASK)["changed"] is False
+    assert (tree / KIMI).read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ({"sglang_eagle3_patch_class": ""}, "sglang_eagle3_patch_class"),
+        ({"sglang_eagle3_patch_source_dir": "/nonexistent/sglang"}, "sglang_eagle3_patch_source_dir"),
+        ({"sglang_eagle3_patch_file": "srt/models/no_such_model.py"}, "sglang_eagle3_patch_file"),
+        ({"sglang_eagle3_patch_methods": "set_eagle3_layers_to_capture"}, "sglang_eagle3_patch_methods"),
+    ],
+    ids=["empty-class", "missing-dir", "missing-file", "methods-not-a-list"],
+)
+def test_bad_input_fails_before_any_change_naming_the_variable(tree_copy, tmp_path, override, named):
+    tree = tree_copy(UNPATCHED)
+    before = (tree / KIMI).read_bytes()
+    report = ansible(tmp_path, playbook(tmp_path), dict(role_vars(tree, tmp_path), **override))
+    assert stats(report)["failures"] == 1
+    assert named in failure_message(report)
+    assert stats(report)["changed"] == 0
+    assert (tree / KIMI).read_bytes() == before
+    assert not (tmp_path / "tools").exists()
+
+
+def test_missing_source_dir_is_named(tmp_path):
+    report = ansible(tmp_path, playbook(tmp_path), {"sglang_eagle3_patch_tools_dir": str(tmp_path / "tools")})
+    assert stats(report)["failures"] == 1
+    assert "sglang_eagle3_patch_source_dir" in failure_message(report)
+
+
+def test_check_entry_point_stops_a_known_crash(tree_copy, tmp_path):
+    tree = tree_copy(PATCHED_UPSTREAM)
+    launch = {
+        "tp_size": 8,
+        "speculative_algorithm": "EAGLE3",
+        "speculative_draft_model_path": "/models/draft",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+        "enable_flashinfer_allreduce_fusion": True,
+        "extra_args": ["--enable-torch-symm-mem"],
+    }
+    variables = role_vars(
+        tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="12.0", sglang_eagle3_patch_gpu_count=8
+    )
+    report = ansible(tmp_path, playbook(tmp_path, "check"), variables)
+    assert stats(report)["failures"] == 1
+    assert failure_message(report).startswith("Launch settings known to fail: torch-symm-mem-keyerror-sm120:")
+    warning = task_result(report, "Show launch settings that SGLang ignores")
+    assert "flashinfer-allreduce-fusion-noop-sm120" in json.dumps(warning)
+    launch["extra_args"] = []
+    passing = ansible(tmp_path, playbook(tmp_path, "check"), variables)
+    assert stats(passing)["failures"] == 0, failure_message(passing)
+
+
+def test_check_entry_point_names_missing_methods(tree_copy, tmp_path):
+    tree = tree_copy(UNPATCHED)
+    report = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(tree, tmp_path))
+    assert stats(report)["failures"] == 1
+    message = failure_message(report)
+    assert "KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture is missing" in message
+    assert "srt/model_executor/model_runner.py:" in message
+
+
+def test_patch_playbook_finds_the_installed_package(tree_copy, tmp_path):
+    """playbooks/patch.yml asks the release's Python where sglang is, then patches it."""
+    tree = tree_copy(UNPATCHED)
+    release_dir = tmp_path / "release"
+    python = release_dir / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={tree.parent} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpu_hosts]\nlocalhost\n")
+    variables = {
+        "sglang_build_release_dir": str(release_dir),
+        "sglang_eagle3_patch_python": sys.executable,
+        "sglang_eagle3_patch_tools_dir": str(tmp_path / "tools"),
+        "ansible_become": False,
+    }
+    report = ansible(tmp_path, REPO / "playbooks" / "patch.yml", variables, inventory=str(inventory))
+    assert stats(report)["failures"] == 0, failure_message(report)
+    assert task_result(report, PATCH_TASK)["changed"] is True
+    assert b"# BEGIN sglang_eagle3_patch" in (tree / KIMI).read_bytes()
