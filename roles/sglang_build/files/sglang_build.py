@@ -18,8 +18,13 @@ and every step must be safe to kill and to repeat. The rules it keeps:
 * Secrets never reach argv: the spec (with index URLs) comes in the environment
   (SGLANG_BUILD_SPEC) or a file; URLs' credentials are masked in logs and manifests.
 
+* The FlashInfer modules the server will load are compiled into the release (phase
+  aot, files/flashinfer_aot.py run by the release's Python) for the target arch list,
+  into FlashInfer's own AOT directory, where the server's FlashInfer finds them before it
+  would compile; the check phase reads each module's machine code archs back.
+
 Phases (one subcommand each, so the role can tag and time them): plan, fetch,
-wheels, venv, check, prune. Every phase prints one JSON object on stdout; progress
+wheels, venv, aot, check, prune. Every phase prints one JSON object on stdout; progress
 lines go to stderr and to /ROOT/logs/<release-id>.log.
 """
 
@@ -33,6 +38,7 @@ import os
 import pwd
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -82,6 +88,161 @@ class BuildError(Exception):
     """A step failed; the message says which and shows the end of its output."""
 
 
+# ----- FlashInfer modules compiled into a release (phase aot; files/flashinfer_aot.py) -----
+# Each kind is one of FlashInfer 0.6.3's JIT module generators, called with the arguments its
+# Python API passes (flashinfer_aot.jit_spec). Parameters and their defaults; None: derived.
+AOT_FLAGS = {"pos_encoding_mode": 0, "sliding_window": False, "logits_soft_cap": False}
+AOT_KINDS: dict[str, dict] = {
+    **{k: {} for k in ("norm", "rope", "sampling", "page", "cascade", "quantization", "topk", "trtllm_comm",
+                       "vllm_comm")},
+    "activation": {"act": "silu"},
+    "mla": {"backend": "fa2", "dtype": "bfloat16", "dtype_kv": None, "head_dim_ckv": 512, "head_dim_kpe": 64},
+    "prefill": {"backend": "fa2", "dtype": "bfloat16", "dtype_kv": None, "head_dim_qk": 128, "head_dim_vo": None,
+                **AOT_FLAGS, "fp16_qk_reduction": False},
+    "decode": {"dtype": "bfloat16", "dtype_kv": None, "head_dim": 128, **AOT_FLAGS},
+    "single_decode": {"dtype": "bfloat16", "dtype_kv": None, "head_dim": 128, **AOT_FLAGS},
+    "single_prefill": {"backend": "fa2", "dtype": "bfloat16", "dtype_kv": None, "head_dim_qk": 128,
+                       "head_dim_vo": None, **AOT_FLAGS, "fp16_qk_reduction": False},
+}
+AOT_CHOICES = {"backend": {"fa2", "fa3"}, "dtype": {"float16", "bfloat16"},
+               "dtype_kv": {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"},
+               "act": {"silu", "gelu", "gelu_tanh"}, "pos_encoding_mode": {0, 1, 2}}
+AOT_VARIABLE = "sglang_build_flashinfer_aot_modules"
+AOT_STAMP = "flashinfer_aot.json"
+# DeepSeek-V3's attention geometry, which Kimi-K2.5 keeps: MLA decode on the compressed KV
+# (kv_lora_rank 512, rope 64), MLA prefill as MHA with head_dim_qk 128 + 64 and head_dim_vo 128.
+MLA_CKV, MLA_KPE, MLA_QK, MLA_VO = 512, 64, 192, 128
+
+
+def canonical_module(desc, where: str) -> dict:
+    """One module descriptor with every parameter filled in; ValueError names where it came from."""
+    if not isinstance(desc, dict) or desc.get("kind") not in AOT_KINDS:
+        raise ValueError(f"{where}: kind must be one of {', '.join(sorted(AOT_KINDS))}, got {desc!r}")
+    params = AOT_KINDS[desc["kind"]]
+    unknown = sorted(set(desc) - set(params) - {"kind"})
+    if unknown:
+        raise ValueError(f"{where}: {desc['kind']} takes {', '.join(sorted(params)) or 'no parameters'}, "
+                         f"not {', '.join(unknown)}")
+    out = {"kind": desc["kind"]}
+    for key, default in params.items():
+        value = desc.get(key, default)
+        if value is None and key.startswith("dtype"):
+            value = out["dtype"]
+        elif value is None and key == "head_dim_vo":
+            value = out["head_dim_qk"]
+        if key in AOT_CHOICES and value not in AOT_CHOICES[key]:
+            raise ValueError(f"{where}: {key} must be one of {', '.join(map(str, sorted(AOT_CHOICES[key])))}, "
+                             f"got {value!r}")
+        if key.startswith("head_dim") and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise ValueError(f"{where}: {key} must be a positive integer, got {value!r}")
+        if key in ("sliding_window", "logits_soft_cap", "fp16_qk_reduction") and not isinstance(value, bool):
+            raise ValueError(f"{where}: {key} must be true or false, got {value!r}")
+        out[key] = value
+    return out
+
+
+def arch_major(arch: str) -> int:
+    return int(arch.split(".")[0])
+
+
+def derive_aot_modules(aot: dict, arch_list: str) -> list[dict]:
+    """The FlashInfer JIT modules SGLang 0.5.9 loads for a DeepSeek-V3-architecture model
+    (Kimi-K2.5) with these server settings, on these archs (see the role's README).
+
+    In 0.5.9 the norms, RoPE, activation and sampling kernels on CUDA are sgl-kernel's own,
+    compiled into its wheel; FlashInfer's JIT is reached through the attention backend and the
+    all-reduce fusion only. The automatic attention backend for this model is triton on SM120,
+    fa3 on SM90 and trtllm_mla on SM100: no FlashInfer module is compiled for it.
+    """
+    archs = arch_list.split()
+    if aot.get("modules"):
+        return dedupe([canonical_module(d, f"{AOT_VARIABLE}[{i}]") for i, d in enumerate(aot["modules"])])
+    mods: list[dict] = []
+    if aot.get("attention_backend") == "flashinfer":
+        # FlashInfer's backend "auto" (the wrappers SGLang creates): fa3 on sm_90a, else fa2.
+        backends = sorted({"fa3" if a == "9.0a" else "fa2" for a in archs})
+        for backend in backends:
+            mods.append({"kind": "mla", "backend": backend, "head_dim_ckv": MLA_CKV, "head_dim_kpe": MLA_KPE})
+            mods.append({"kind": "prefill", "backend": backend, "head_dim_qk": MLA_QK, "head_dim_vo": MLA_VO})
+        if str(aot.get("speculative_algorithm", "")).upper() in ("EAGLE", "EAGLE3"):
+            # The draft (a Llama layer, MHA) on FlashInfer's MHA backend: paged and ragged prefill,
+            # decode (tensor-core decode is the prefill module), merge_state for extend.
+            head = int(aot["draft_head_dim"])
+            for backend in backends:
+                mods.append({"kind": "prefill", "backend": backend, "head_dim_qk": head})
+            mods += [{"kind": "decode", "head_dim": head}, {"kind": "cascade"}]
+    if aot.get("allreduce_fusion") and any(arch_major(a) in (9, 10) for a in archs):
+        mods.append({"kind": "trtllm_comm"})  # SGLang 0.5.9 fuses only on SM90 and SM100
+    return dedupe([canonical_module(d, "derived module") for d in mods])
+
+
+def dedupe(mods: list[dict]) -> list[dict]:
+    seen, out = set(), []
+    for mod in mods:
+        key = json.dumps(mod, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(mod)
+    return out
+
+
+def nvcc_archs(nvcc: Path) -> set[str]:
+    """The virtual archs this nvcc compiles for (compute_75 ... compute_121 for CUDA 13.0)."""
+    proc = subprocess.run([str(nvcc), "--list-gpu-arch"], capture_output=True, text=True, check=False)
+    return set(re.findall(r"compute_\d+", proc.stdout))
+
+
+def unbuildable(arch_list: str, known: set[str]) -> list[str]:
+    """Archs of a FLASHINFER_CUDA_ARCH_LIST that nvcc cannot build: an unknown compute capability,
+    'a' (arch-specific) below 9.0, 'f' (family) below 10.0."""
+    bad = []
+    for arch in arch_list.split():
+        match = re.fullmatch(r"(\d+)\.(\d+)([af]?)", arch)
+        if not match or f"compute_{match[1]}{match[2]}" not in known or \
+                (match[3] == "a" and int(match[1]) < 9) or (match[3] == "f" and int(match[1]) < 10):
+            bad.append(arch)
+    return bad
+
+
+FATBIN_MAGIC = 0xBA55ED50
+FATBIN_ARCH_SPECIFIC = 0x100000  # entry flag of sm_XXa code (read off nvcc 13.0's output)
+
+
+def fatbin_archs(path: Path) -> dict:
+    """The code a shared object carries, read from the headers of its embedded fatbins (no
+    cuobjdump needed, compressed entries too): machine code as sm_XX[a], PTX as compute_XX."""
+    data = path.read_bytes()
+    sass, ptx = set(), set()
+    pos = data.find(FATBIN_MAGIC.to_bytes(4, "little"))
+    while pos >= 0:
+        _magic, _version, header, size = struct.unpack_from("<IHHQ", data, pos)
+        entry, end = pos + header, pos + header + size
+        while entry + 48 <= end:
+            kind, _unused, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
+            (arch,) = struct.unpack_from("<I", data, entry + 28)
+            (flags,) = struct.unpack_from("<Q", data, entry + 40)
+            if kind == 2:
+                sass.add(f"sm_{arch}" + ("a" if flags & FATBIN_ARCH_SPECIFIC else ""))
+            elif kind == 1:
+                ptx.add(f"compute_{arch}")
+            if entry_header == 0:
+                break
+            entry += entry_header + payload
+        pos = data.find(FATBIN_MAGIC.to_bytes(4, "little"), max(end, pos + 4))
+    return {"archs": sorted(sass), "ptx": sorted(ptx), "read_by": "fatbin headers (no cuobjdump)"}
+
+
+def list_archs(path: Path, cuobjdump: Path | None) -> dict:
+    """The machine code archs of a module: `cuobjdump --list-elf` where it exists, else the fatbin headers."""
+    tool = cuobjdump if cuobjdump and cuobjdump.exists() else shutil.which("cuobjdump")
+    if tool:
+        proc = subprocess.run([str(tool), "--list-elf", str(path)], capture_output=True, text=True, check=False)
+        found = sorted(set(re.findall(r"\.(sm_\d+[af]?)\.cubin", proc.stdout)))
+        if proc.returncode == 0 and found:
+            return {"archs": found, "read_by": "cuobjdump --list-elf"}
+    return fatbin_archs(path)
+
+
 def log(msg: str, logfile: Path | None = None) -> None:
     line = time.strftime("%Y-%m-%dT%H:%M:%S ") + msg
     print(line, file=sys.stderr, flush=True)
@@ -124,6 +285,9 @@ class Build:
         self.root = Path(spec["root"])
         self.python_version = python_version or python_tag(spec["python"])
         self.keys = {name: self.component_key(name) for name in COMPONENTS}
+        self.aot = spec.get("flashinfer_aot") or {}
+        self.aot_modules = (derive_aot_modules(self.aot, spec["arch"]["flashinfer_cuda_arch_list"])
+                            if self.aot.get("enabled") else [])
         self.release_id = self.make_release_id()
         self.release = self.root / "releases" / self.release_id
         self.venv = self.release / "venv"
@@ -153,6 +317,11 @@ class Build:
     def make_release_id(self) -> str:
         material = {"components": self.keys, "python": self.python_version, "cuda": self.spec["cuda"]["version"],
                     "arch": self.spec["arch"], "patch": self.spec["patch"], "no_deps": self.spec["pip"]["no_deps"]}
+        # Added only when set, so that releases built without them keep their ids.
+        if self.aot_modules:
+            material["flashinfer_aot"] = self.aot_modules
+        if self.spec["pip"].get("extra_packages"):
+            material["extra_packages"] = self.spec["pip"]["extra_packages"]
         sglang = self.spec["components"]["sglang"]
         return f"sglang-{label(sglang['version'])}-{digest(material)[:12]}"
 
@@ -259,7 +428,10 @@ class Build:
         return {"release_id": self.release_id, "release_dir": str(self.release), "complete": self.complete,
                 "python": str(self.venv / "bin" / "python"), "site_packages": str(site),
                 "sglang_dir": str(site / "sglang"), "to_build": self.to_build(), "components": components,
-                "log": str(self.logfile), "python_version": self.python_version}
+                "log": str(self.logfile), "python_version": self.python_version,
+                "flashinfer_aot": {"arch_list": self.spec["arch"]["flashinfer_cuda_arch_list"],
+                                   "arch_list_from": self.aot.get("arch_list_from", ""),
+                                   "modules": [aot_label(m) for m in self.aot_modules]}}
 
     def recover(self) -> list[str]:
         """Remove what a killed run left: work trees, temporary wheel dirs, incomplete releases."""
@@ -401,9 +573,144 @@ class Build:
             installed[name] = version
             with pins.open("a", encoding="utf-8") as fh:  # later installs may not replace it
                 fh.write(f"{DISTRIBUTIONS[name]}=={version}\n")
+        extra = self.spec["pip"].get("extra_packages") or []
+        if extra:
+            log(f"installing the extra packages {' '.join(extra)} into {self.release_id}", self.logfile)
+            self.run([py, "-m", "pip", "install", "--quiet", *compile_, "--constraint", str(pins),
+                      *(["--no-deps"] if self.spec["pip"]["no_deps"] else []), *self.index_args(), *extra],
+                     what="install the extra packages")
         write_json(self.release / "venv.json", {"installed": installed, "started": started,
                                                 "seconds": round(time.time() - started, 1)})
         return {"changed": True, "installed": installed, "release_dir": str(self.release)}
+
+    # ----- FlashInfer modules compiled into the release -----
+    def aot_env(self, work: Path) -> dict:
+        """What the AOT driver sees: the build's arch list and jobs, the toolkit, the venv's ninja,
+        and a scratch FlashInfer workspace of the build user (its JIT cache and generated sources)."""
+        cuda_home = self.spec["cuda"]["home"]
+        env = dict(self.base_env(), FLASHINFER_CUDA_ARCH_LIST=self.spec["arch"]["flashinfer_cuda_arch_list"],
+                   MAX_JOBS=str(self.spec["max_jobs"]), CUDA_HOME=cuda_home, CUDA_PATH=cuda_home,
+                   FLASHINFER_WORKSPACE_BASE=str(work), PYTHONUNBUFFERED="1",
+                   PATH=f"{self.venv / 'bin'}:{cuda_home}/bin:" + os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
+        env.update({k: str(v) for k, v in (self.aot.get("env") or {}).items()})
+        return env
+
+    def aot_inputs(self) -> dict:
+        return {"modules": self.aot_modules, "arch_list": self.spec["arch"]["flashinfer_cuda_arch_list"],
+                "cuda": self.spec["cuda"]["version"], "flashinfer": self.keys["flashinfer"]}
+
+    def aot_arch_problem(self, nvcc: Path) -> str | None:
+        """A target arch this nvcc cannot build, said with the variable it came from (checked before any compile)."""
+        arch_list = self.spec["arch"]["flashinfer_cuda_arch_list"]
+        known = nvcc_archs(nvcc)
+        bad = unbuildable(arch_list, known)
+        if not bad:
+            return None
+        where = self.aot.get("arch_list_from") or "sglang_build_flashinfer_cuda_arch_list"
+        return (f"{where}: {' '.join(bad)} cannot be built by {nvcc} (it builds "
+                f"{', '.join(sorted(known, key=lambda a: int(a.split('_')[1]))) or 'nothing it would list'}; "
+                f"'a' needs 9.0 or newer, 'f' 10.0 or newer)")
+
+    def phase_aot(self) -> dict:
+        """Compile the FlashInfer modules the server will load into the release's FlashInfer AOT
+        directory (files/flashinfer_aot.py, run by the release's Python), for the target arch list."""
+        if not (self.release / "venv.json").exists():
+            raise BuildError(f"{self.release} has no installed venv (run the venv phase)")
+        stamp_path = self.release / AOT_STAMP
+        inputs = self.aot_inputs()
+        nvcc = Path(self.spec["cuda"]["home"]) / "bin" / "nvcc"
+        skipped = None
+        if not self.aot_modules:
+            skipped = ("FlashInfer's AOT step is off (sglang_build_flashinfer_aot)" if not self.aot.get("enabled") else
+                       "no FlashInfer module to compile for these server settings (see sglang_build_flashinfer_aot_modules)")
+        elif not nvcc.exists():
+            skipped = f"no nvcc at {nvcc}: the server's FlashInfer compiles at its first start instead"
+        if skipped:
+            stamp = {"status": "skipped", "reason": skipped, "inputs": digest(inputs), "modules": []}
+            if stamp_path.exists() and json.loads(stamp_path.read_text()) == stamp:
+                return dict(stamp, changed=False)
+            write_json(stamp_path, stamp)
+            log(f"FlashInfer AOT: skipped: {skipped}", self.logfile)
+            return dict(stamp, changed=True)
+        problem = self.aot_arch_problem(nvcc)
+        if problem:
+            raise BuildError(problem)
+        if stamp_path.exists():
+            stamp = json.loads(stamp_path.read_text())
+            if stamp.get("status") == "compiled" and stamp.get("inputs") == digest(inputs) and \
+                    all(Path(m["so"]).is_file() for m in stamp["modules"]):
+                return {"changed": False, "status": "compiled", "modules": [m["name"] for m in stamp["modules"]]}
+        work = self.root / "work" / "flashinfer-aot"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        (work / "modules.json").write_text(json.dumps(self.aot_modules, indent=2) + "\n")
+        driver = Path(__file__).resolve().with_name("flashinfer_aot.py")
+        log(f"FlashInfer AOT: {len(self.aot_modules)} modules for {inputs['arch_list']} with MAX_JOBS="
+            f"{self.spec['max_jobs']} (tail -f {self.logfile})", self.logfile)
+        self.stream([str(self.venv / "bin" / "python"), str(driver), "build", "--modules", str(work / "modules.json"),
+                     "--result", str(work / "result.json")], self.aot_env(work), what="FlashInfer AOT compile")
+        result = json.loads((work / "result.json").read_text())
+        release = str(self.release.resolve())
+        outside = [m["so"] for m in result["modules"] if not str(Path(m["so"]).resolve()).startswith(release + "/")]
+        if outside:
+            raise BuildError(f"FlashInfer's AOT directory is outside the release ({outside[0]}): "
+                             "is flashinfer-jit-cache installed from elsewhere?")
+        stamp = {"status": "compiled", "inputs": digest(inputs), "arch_list": inputs["arch_list"],
+                 "flashinfer": result["flashinfer"], "aot_dir": result["aot_dir"], "seconds": result["seconds"],
+                 "max_jobs": self.spec["max_jobs"], "modules": result["modules"]}
+        write_json(stamp_path, stamp)
+        shutil.rmtree(work, ignore_errors=True)
+        for mod in result["modules"]:
+            log(f"FlashInfer AOT: {mod['name']}: {mod.get('wall_seconds', 0)} s wall, {mod.get('jobs', 0)} jobs, "
+                f"for {' '.join(mod['expected_archs'])}", self.logfile)
+        log(f"FlashInfer AOT: {len(result['modules'])} modules in {result['seconds']} s", self.logfile)
+        return {"changed": True, "status": "compiled", "seconds": result["seconds"],
+                "modules": {m["name"]: m.get("wall_seconds", 0) for m in result["modules"]}}
+
+    def stream(self, cmd: list[str], env: dict, what: str) -> None:
+        """Run a long command with its output going to the log as it comes (tail -f shows ninja's [n/N])."""
+        log(f"$ {mask(' '.join(cmd))}", self.logfile)
+        started = time.monotonic()
+        tail: list[str] = []
+        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace") as proc, self.logfile.open("a", encoding="utf-8") as fh:
+            for line in proc.stdout:
+                fh.write(mask(line))
+                fh.flush()
+                tail = (tail + [line])[-60:]
+        if proc.returncode != 0:
+            raise BuildError(f"{what} failed (exit {proc.returncode}) after {time.monotonic() - started:.0f} s:\n"
+                             f"{mask(''.join(tail))[-3000:]}")
+
+    def aot_check(self) -> dict:
+        """Each compiled module's machine code archs, against the archs FlashInfer compiles it for."""
+        stamp_path = self.release / AOT_STAMP
+        if not self.aot_modules and not stamp_path.exists():
+            return {"status": "skipped", "reason": "no FlashInfer module to compile", "modules": []}
+        if not stamp_path.exists():
+            return {"status": "failed", "reason": f"{stamp_path} is missing (run the aot phase)", "modules": []}
+        stamp = json.loads(stamp_path.read_text())
+        if stamp["status"] == "skipped":
+            return {"status": "skipped", "reason": stamp["reason"], "modules": []}
+        if stamp.get("inputs") != digest(self.aot_inputs()):
+            return {"status": "failed", "reason": "the compiled modules are not the requested ones", "modules": []}
+        cuobjdump = Path(self.spec["cuda"]["home"]) / "bin" / "cuobjdump"
+        modules, problems = [], []
+        for mod in stamp["modules"]:
+            entry = {"name": mod["name"], "expected": mod["expected_archs"]}
+            if not Path(mod["so"]).is_file():
+                entry.update(archs=[], missing=mod["expected_archs"], read_by="")
+                problems.append(f"{mod['name']}: {mod['so']} is missing")
+            else:
+                found = list_archs(Path(mod["so"]), cuobjdump)
+                missing = sorted(set(mod["expected_archs"]) - set(found["archs"]))
+                entry.update(archs=found["archs"], missing=missing, read_by=found["read_by"])
+                if missing or not mod["expected_archs"]:
+                    problems.append(f"{mod['name']}: no {' '.join(missing or ['code'])} code "
+                                    f"(it has {' '.join(found['archs']) or 'none'})")
+            modules.append(entry)
+        return {"status": "failed" if problems else "passed", "problems": problems, "modules": modules,
+                "arch_list": stamp["arch_list"], "aot_dir": stamp["aot_dir"], "compile_seconds": stamp["seconds"]}
 
     def arch_check(self, include: str | None) -> dict:
         """Compile a real FlashInfer unit for each target arch and read the produced code's arch."""
@@ -457,19 +764,24 @@ class Build:
         arch = self.arch_check(found["flashinfer_include"])
         if arch["status"] == "failed":
             problems.append(f"the FlashInfer unit did not compile to the target arch: {json.dumps(arch)[:2000]}")
+        aot = self.aot_check()
+        if aot["status"] == "failed":
+            problems += [f"FlashInfer module {p}" for p in aot.get("problems", [])] or \
+                [f"FlashInfer modules: {aot['reason']}"]
         result = {"release_id": self.release_id, "versions": found["versions"], "sglang_dir": found["sglang_dir"],
-                  "model_files": len(found["model_files"]), "arch_check": arch, "problems": problems}
+                  "model_files": len(found["model_files"]), "arch_check": arch, "flashinfer_aot": aot,
+                  "problems": problems}
         if problems:
             raise BuildError("post-build checks failed: " + "; ".join(problems))
         if self.complete:
             return dict(result, changed=False)
-        write_json(self.release / "manifest.json", self.manifest(found, arch))
+        write_json(self.release / "manifest.json", self.manifest(found, arch, aot))
         (self.release / f".{COMPLETE}.tmp").write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z\n"))
         os.replace(self.release / f".{COMPLETE}.tmp", self.release / COMPLETE)
         log(f"release {self.release_id} complete", self.logfile)
         return dict(result, changed=True)
 
-    def manifest(self, found: dict, arch: dict) -> dict:
+    def manifest(self, found: dict, arch: dict, aot: dict) -> dict:
         venv = json.loads((self.release / "venv.json").read_text())
         components = {}
         for name in COMPONENTS:
@@ -487,10 +799,24 @@ class Build:
                 "arch": {"torch_cuda_arch_list": self.spec["arch"]["torch_cuda_arch_list"],
                          "flashinfer_cuda_arch_list": self.spec["arch"]["flashinfer_cuda_arch_list"],
                          "cuda": self.spec["cuda"], "check": arch},
+                "flashinfer_aot": dict(aot, modules_requested=[aot_label(m) for m in self.aot_modules]),
                 "python": found["python"], "sglang_dir": found["sglang_dir"],
                 "model_files": len(found["model_files"]),
                 "times": {"venv_started": venv["started"], "venv_seconds": venv["seconds"],
                           "completed": time.time()}}
+
+
+def aot_label(mod: dict) -> str:
+    """A module descriptor in one short line: `prefill fa2 bfloat16 192/128`."""
+    words = [mod["kind"], mod.get("act", ""), mod.get("backend", ""), mod.get("dtype", "")]
+    if mod.get("dtype_kv", mod.get("dtype")) != mod.get("dtype"):
+        words.append(f"kv {mod['dtype_kv']}")
+    dims = [mod[k] for k in ("head_dim_ckv", "head_dim_kpe", "head_dim_qk", "head_dim_vo", "head_dim") if k in mod]
+    words.append("/".join(map(str, dims)))
+    words += [k for k in ("sliding_window", "logits_soft_cap", "fp16_qk_reduction") if mod.get(k)]
+    if mod.get("pos_encoding_mode"):
+        words.append(f"posenc {mod['pos_encoding_mode']}")
+    return " ".join(w for w in words if w)
 
 
 def canonical(version: str) -> str:
@@ -573,7 +899,7 @@ def load_spec(path: str | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("phase", choices=["plan", "fetch", "wheels", "venv", "check", "prune"])
+    ap.add_argument("phase", choices=["plan", "fetch", "wheels", "venv", "aot", "check", "prune"])
     ap.add_argument("--spec", help=f"spec JSON file (default: the {SPEC_ENV} environment variable)")
     ap.add_argument("--run-as", help="drop root privileges to this user first")
     ap.add_argument("--root", help="prune: the releases root")
@@ -590,7 +916,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(prune(root, args.keep, args.dry_run)))
         return 0
 
-    build = Build(load_spec(args.spec))
+    try:
+        build = Build(load_spec(args.spec))
+    except ValueError as err:  # a module descriptor or derived setting the tool cannot use
+        print(json.dumps({"failed": True, "msg": str(err)}))
+        return 1
     if args.phase == "plan":
         print(json.dumps(build.plan()))
         return 0
@@ -601,7 +931,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"changed": False, "release_id": build.release_id, "complete": True}))
             return 0
         try:
-            recovered = build.recover() if args.phase in ("fetch", "wheels", "venv") else []
+            recovered = build.recover() if args.phase in ("fetch", "wheels", "venv", "aot") else []
             log(f"phase {args.phase} of {build.release_id}", build.logfile)
             result = getattr(build, f"phase_{args.phase}")()
         except BuildError as err:

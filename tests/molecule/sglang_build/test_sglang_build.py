@@ -59,3 +59,30 @@ def test_no_leftovers_and_local_facts_for_other_roles(host):
     facts = json.loads(host.file("/etc/ansible/facts.d/sglang_build.fact").content_string)
     assert facts["current_dir"] == "/opt/sglang/current"
     assert facts["python"] == "/opt/sglang/current/venv/bin/python"
+
+
+def test_flashinfer_modules_compiled_into_the_release_for_sm120a(host):
+    """converge.yml's small set (silu_and_mul), compiled by the AOT step with the mirror's nvcc 13.0,
+    checked by the fatbin-header reader (the mirror has no cuobjdump), where FlashInfer loads it."""
+    m = manifest(host)
+    aot = m["flashinfer_aot"]
+    assert aot["status"] == "passed", aot
+    assert aot["modules_requested"] == ["activation silu"]
+    (mod,) = aot["modules"]
+    assert mod["name"] == "silu_and_mul" and mod["expected"] == ["sm_120a"] and mod["archs"] == ["sm_120a"]
+    assert mod["missing"] == [] and mod["read_by"] == "fatbin headers (no cuobjdump)"
+    stamp = json.loads(host.file("/opt/sglang/current/flashinfer_aot.json").content_string)
+    so = host.file(stamp["modules"][0]["so"])
+    assert stamp["arch_list"] == "12.0a" and stamp["modules"][0]["so"].startswith(m["sglang_dir"].rsplit("/sglang", 1)[0])
+    assert so.exists and so.user == "sglang-build" and so.mode & 0o044 == 0o044  # the server reads it, cannot change it
+    print(f"\nFlashInfer AOT on the test host: silu_and_mul for sm_120a in {stamp['seconds']} s")
+
+
+def test_flashinfer_resolves_the_module_to_the_release_copy(host):
+    """The release's FlashInfer, as the server runs it (its own writable workspace), would load the
+    compiled copy and compile nothing (there is no driver here to load it for real)."""
+    probe = ("import flashinfer.jit as j; s = j.gen_act_and_mul_module('silu'); print(s.is_aot, s.aot_path)")
+    out = host.check_output("cd /tmp && FLASHINFER_WORKSPACE_BASE=$(mktemp -d) FLASHINFER_CUDA_ARCH_LIST=12.0a "
+                            f"/opt/sglang/current/venv/bin/python -c \"{probe}\" 2>/dev/null")
+    is_aot, path = out.split()
+    assert is_aot == "True" and path.endswith("/flashinfer/data/aot/silu_and_mul/silu_and_mul.so")
