@@ -10,12 +10,13 @@ export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ANSIBLE_CONNECTION_PLUGINS := $(abspath tests/harness/connection_plugins)
 export PYTHONDONTWRITEBYTECODE := 1
 # Molecule scenarios run by `make test`, in order.
-SCENARIOS ?= nvidia_cuda nvidia_cuda_upgrade nvidia_cuda_preinstalled gpu_preflight sglang_build sglang_eagle3_patch sglang_server sglang_bench multihost default
+SCENARIOS ?= nvidia_cuda nvidia_cuda_preinstalled gpu_preflight sglang_build sglang_eagle3_patch sglang_model sglang_server sglang_bench multihost default
 HARNESS_ENV = TESTHOST_IMAGE="$$($(PYTHON) tests/harness/hostsetup.py --print-image)" \
               SGLANG_SOURCES_DIR="$$($(PYTHON) tests/harness/sources.py)" \
-              NVIDIA_MIRROR_DIR="$$($(PYTHON) tests/harness/mirror.py)"
+              NVIDIA_MIRROR_DIR="$$($(PYTHON) tests/harness/mirror.py)" \
+              MODEL_FIXTURES_DIR="$$($(PYTHON) tests/harness/synthetic_model.py fixtures)"
 
-.PHONY: help venv hostsetup mirror sources lint pytest molecule test demo demo-clean clean
+.PHONY: help venv hostsetup mirror sources fixtures lint pytest molecule test demo demo-clean clean
 
 help:
 	@echo "make demo   converge site.yml against a local simulated GPU host and print the report"
@@ -41,14 +42,18 @@ mirror:
 sources:
 	$(PYTHON) tests/harness/sources.py
 
+# Synthetic models for the Hub test double, its wheelhouse, the double itself (cached).
+fixtures:
+	$(PYTHON) tests/harness/synthetic_model.py fixtures
+
 lint: venv
 	yamllint -s .
 	ansible-lint
 
-pytest: venv hostsetup mirror sources
-	$(HARNESS_ENV) pytest -q tests --ignore=tests/molecule
+pytest: venv hostsetup mirror sources fixtures
+	$(HARNESS_ENV) pytest -q tests
 
-molecule: venv hostsetup mirror sources
+molecule: venv hostsetup mirror sources fixtures
 	@for s in $(SCENARIOS); do \
 	  echo "== molecule test -s $$s"; start=$$(date +%s); \
 	  $(HARNESS_ENV) molecule test -s $$s; \
@@ -57,7 +62,7 @@ molecule: venv hostsetup mirror sources
 
 test: lint pytest molecule
 
-demo: venv hostsetup mirror sources
+demo: venv hostsetup mirror sources fixtures
 	$(PYTHON) tests/harness/demo.py
 
 demo-clean:

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "tests" / "harness"))
 import hostsetup  # noqa: E402
 import mirror  # noqa: E402
 import sources  # noqa: E402
+import synthetic_model  # noqa: E402
 from steps import StepFailed, guarded, run  # noqa: E402
 
 HOST = "sglang-demo-gpu1"
@@ -45,9 +46,9 @@ def container_setup(name: str) -> str | None:
     return res.stdout.strip() if res.returncode == 0 else None
 
 
-def start_host(image: str, mirror_dir: Path, sources_dir: Path, recreate: bool) -> None:
+def start_host(image: str, mirror_dir: Path, sources_dir: Path, fixtures_dir: Path, recreate: bool) -> None:
     current = container_setup(HOST)
-    if current and (recreate or sorted(current.split()) != sorted([image, str(mirror_dir), str(sources_dir)])):
+    if current and (recreate or sorted(current.split()) != sorted([image, str(mirror_dir), str(sources_dir), str(fixtures_dir)])):
         log(f"removing {HOST} ({'--recreate' if recreate else 'image or test mirror changed'})")
         podman("rm", "-f", HOST)
         current = None
@@ -57,6 +58,7 @@ def start_host(image: str, mirror_dir: Path, sources_dir: Path, recreate: bool) 
     else:
         podman("run", "-d", "--name", HOST, "--hostname", HOST, "--systemd=always",
                "-v", f"{mirror_dir}:/srv/nvidia-mirror:ro", "-v", f"{sources_dir}:/srv/sglang-sources:ro",
+               "-v", f"{fixtures_dir}:/srv/hub-fixtures:ro",
                image, "/sbin/init")
         log(f"started {HOST} from {image}")
     deadline = time.monotonic() + 90
@@ -67,11 +69,15 @@ def start_host(image: str, mirror_dir: Path, sources_dir: Path, recreate: bool) 
         time.sleep(1)
     else:
         raise StepFailed(f"{HOST}: systemd did not finish booting in 90 s (state: {state})")
-    for name, port, directory, what in (
-            ("test-nvidia-mirror", 8088, "/srv/nvidia-mirror", "local NVIDIA CUDA repository mirror"),
-            ("test-sglang-sources", 8089, "/srv/sglang-sources", "local SGLang sources")):
+    for name, command, what in (
+            ("test-nvidia-mirror", "-m http.server 8088 --bind 127.0.0.1 --directory /srv/nvidia-mirror",
+             "local NVIDIA CUDA repository mirror"),
+            ("test-sglang-sources", "-m http.server 8089 --bind 127.0.0.1 --directory /srv/sglang-sources",
+             "local SGLang sources"),
+            ("test-hub-double", "/srv/hub-fixtures/hub_double.py --root /srv/hub-fixtures/hub --port 8090",
+             "Hugging Face Hub TEST DOUBLE, synthetic models")):
         unit = (f"[Unit]\nDescription=TEST ONLY: {what}\n[Service]\n"
-                f"ExecStart=/usr/bin/python3 -m http.server {port} --bind 127.0.0.1 --directory {directory}\n"
+                f"ExecStart=/usr/bin/python3 {command}\n"
                 "[Install]\nWantedBy=multi-user.target\n")
         podman("exec", HOST, "sh", "-c",
                f"printf '%s' '{unit}' > /etc/systemd/system/{name}.service && "
@@ -92,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         raise StepFailed(f"image {image} missing: run `make hostsetup` first")
     mirror_dir = mirror.ensure()
     sources_dir = sources.ensure()
-    start_host(image, mirror_dir, sources_dir, args.recreate)
+    fixtures_dir = synthetic_model.molecule_fixtures()
+    start_host(image, mirror_dir, sources_dir, fixtures_dir, args.recreate)
 
-    env = dict(os.environ, NVIDIA_MIRROR_DIR=str(mirror_dir), ANSIBLE_FORCE_COLOR="1")
+    env = dict(os.environ, NVIDIA_MIRROR_DIR=str(mirror_dir), MODEL_FIXTURES_DIR=str(fixtures_dir),
+               ANSIBLE_FORCE_COLOR="1")
     log("ansible-playbook -i inventory/demo site.yml")
     started = time.monotonic()
     rc = subprocess.run(["ansible-playbook", "-i", "inventory/demo", "site.yml"], cwd=ROOT, env=env).returncode

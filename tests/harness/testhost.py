@@ -2,11 +2,13 @@
 
 The container boots the project's test-host image (tests/harness/hostsetup.py) with
 the local NVIDIA test mirror mounted read-only and served on its loopback, as the
-molecule scenarios and `make demo` do.
+molecule scenarios and `make demo` do; with MODEL_FIXTURES_DIR set (`make fixtures`), the
+synthetic models too, with the Hugging Face Hub TEST DOUBLE serving them on 127.0.0.1:8090.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +16,11 @@ from pathlib import Path
 MIRROR_UNIT = (
     "[Unit]\nDescription=TEST ONLY: local NVIDIA CUDA repository mirror\n[Service]\n"
     "ExecStart=/usr/bin/python3 -m http.server 8088 --bind 127.0.0.1 --directory /srv/nvidia-mirror\n"
+    "[Install]\nWantedBy=multi-user.target\n"
+)
+HUB_UNIT = (
+    "[Unit]\nDescription=TEST ONLY: Hugging Face Hub TEST DOUBLE (tests/harness/hub_double.py)\n[Service]\n"
+    "ExecStart=/usr/bin/python3 /srv/hub-fixtures/hub_double.py --root /srv/hub-fixtures/hub --port 8090\n"
     "[Install]\nWantedBy=multi-user.target\n"
 )
 
@@ -28,9 +35,12 @@ class TestHost:
 
     def start(self, boot_timeout: float = 90) -> "TestHost":
         subprocess.run(["podman", "rm", "-f", "--ignore", self.name], check=True, capture_output=True)
+        fixtures = os.environ.get("MODEL_FIXTURES_DIR", "")
+        mounts = ["-v", f"{self.mirror_dir}:/srv/nvidia-mirror:ro"]
+        if fixtures:
+            mounts += ["-v", f"{fixtures}:/srv/hub-fixtures:ro"]
         subprocess.run(["podman", "run", "-d", "--name", self.name, "--hostname", self.name,
-                        "--systemd=always", "-v", f"{self.mirror_dir}:/srv/nvidia-mirror:ro",
-                        self.image, "/sbin/init"], check=True, capture_output=True)
+                        "--systemd=always", *mounts, self.image, "/sbin/init"], check=True, capture_output=True)
         deadline = time.monotonic() + boot_timeout
         state = ""
         while time.monotonic() < deadline:
@@ -42,6 +52,11 @@ class TestHost:
             raise RuntimeError(f"{self.name}: systemd not running after {boot_timeout} s ({state})")
         self.sh(f"cat > /etc/systemd/system/test-nvidia-mirror.service <<'EOF'\n{MIRROR_UNIT}EOF\n"
                 "systemctl daemon-reload && systemctl enable --now test-nvidia-mirror")
+        if fixtures:
+            self.sh(f"cat > /etc/systemd/system/test-hub-double.service <<'EOF'\n{HUB_UNIT}EOF\n"
+                    "systemctl daemon-reload && systemctl enable --now test-hub-double && "
+                    "for i in $(seq 50); do curl -sf http://127.0.0.1:8090/_double/stats >/dev/null && exit 0; "
+                    "sleep 0.2; done; exit 1")
         return self
 
     def sh(self, script: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -1,7 +1,7 @@
 """site.yml validates every role on every host before any host changes (playbooks/validate.yml).
 
-A fresh test host (a real systemd container, nothing installed yet) is both a GPU host and a
-router host. For a bad value of each role, site.yml must fail in its first play, naming the
+A fresh test host (a real systemd container, nothing installed yet; the Hub TEST DOUBLE on its
+loopback for sglang_model's checks) is both a GPU host and a router host. For a bad value of each role, site.yml must fail in its first play, naming the
 variable, with the host's snapshot (files under /etc, /usr, /opt, /var/lib..., dpkg state, holds,
 users) identical before and after: no driver, no build, no user was touched first.
 """
@@ -26,6 +26,7 @@ CASES = [
     ("sglang_build", {"sglang_build_sglang_version": "latest!"}, "sglang_build_sglang_version"),
     ("sglang_eagle3_patch", {"sglang_eagle3_patch_class": "1NotAClass"}, "sglang_eagle3_patch_class"),
     ("gpu_preflight", {"gpu_preflight_expected_gpu_count": 0}, "gpu_preflight_expected_gpu_count"),
+    ("sglang_model", {"sglang_model_keep_revisions": 0}, "sglang_model_keep_revisions"),
     ("sglang_server", {"sglang_server_tp_size": 3}, "sglang_server_tp_size"),
     ("sglang_server (argument spec type)", {"sglang_server_port": "http"}, "sglang_server_port"),
     ("sglang_bench", {"sglang_bench_confidence": 1.5}, "sglang_bench_confidence"),
@@ -67,7 +68,7 @@ def test_the_same_inventory_without_a_bad_value_passes_validation_unchanged(host
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert re.search(rf"{re.escape(host.name)}\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout)
     for role in ("nvidia_cuda", "sglang_build", "sglang_eagle3_patch", "gpu_preflight", "sglang_server",
-                 "sglang_bench", "sglang_router"):
+                 "sglang_model", "sglang_bench", "sglang_router"):
         assert f"TASK [{role} : " in proc.stdout, f"{role} was not validated"
     assert host.sh(SNAPSHOT).stdout == before, "validation changed the host"
 

@@ -17,6 +17,7 @@ from typing import Any
 from .api import serve
 from .engine import chain_acceptance
 from .flags import finalize_server_args, load_flag_table, parse_server_args
+from .model_dir import ModelDirError, read_config
 from .settings import BANNER, SimConfigError, SimSettings
 from .sglang_dir import read_sglang_version
 
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info(format_server_args(args))
         for warning in warnings:
             log.warning(warning)
+        for flag in ("model_path", "speculative_draft_model_path"):
+            if args.get(flag):
+                read_config(args[flag])  # a local directory without a readable config.json fails at once
         # The flag table and parser live for the whole run: keep them out of the collector's
         # full passes, which would otherwise pause the step clock for milliseconds.
         gc.freeze()
@@ -50,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     except SimConfigError as exc:
         print(f"[sglang_sim] configuration error: {exc}", file=sys.stderr)
         return 2
+    except ModelDirError as exc:
+        print(f"[sglang_sim] simulated SGLang start-up failure (this is the simulator, not SGLang): {exc}",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

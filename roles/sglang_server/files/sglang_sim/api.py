@@ -11,11 +11,13 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from .engine import Engine, GenRequest
 from .http import ClientGone, HttpRequest, Responder, dumps, read_request
 from .settings import READY_TEXT, SimConfigError, SimSettings
+from .model_dir import is_kimi_k25, missing_weights, read_config
 from .sglang_dir import KIMI_CLASS, KIMI_K25_NAME, kimi_crash_traceback, missing_target_method
 
 HEALTH_CHECK_POLL_S = 1.0  # SGLang's health_generate sleeps 1 s before its first check
@@ -103,6 +105,10 @@ class SimServer:
         await out.send(200, b"", "text/plain")
 
     def is_kimi(self) -> bool:
+        """Kimi-K2.5 by its local directory's config.json, else (a Hub id) by its name."""
+        config = read_config(self.args["model_path"])
+        if config is not None:
+            return is_kimi_k25(config)
         return bool(KIMI_K25_NAME.search(self.args["model_path"]))
 
     async def model_info(self, req: HttpRequest, out: Responder) -> None:
@@ -384,7 +390,7 @@ class SimServer:
         """Simulated weight loading; then the Kimi check (crash) or readiness."""
         log.info("Load weight begin. (simulated: SGLANG_SIM_LOAD_SECONDS=%s)", self.settings.load_seconds)
         await asyncio.sleep(self.settings.load_seconds)
-        crash = self.kimi_crash()
+        crash = self.weights_missing() or self.kimi_crash()
         if crash is not None:
             print("[sglang_sim] simulated SGLang start-up failure (this is the simulator, not SGLang)",
                   file=sys.stderr)
@@ -399,6 +405,18 @@ class SimServer:
             return
         self.ready = True
         log.info(READY_TEXT)
+
+    def weights_missing(self) -> str | None:
+        """The load failure of a model directory that lacks a shard its index names."""
+        for flag in ("model_path", "speculative_draft_model_path"):
+            path = self.args.get(flag)
+            if not path:
+                continue
+            missing = missing_weights(path)
+            if missing:
+                return (f"FileNotFoundError: [Errno 2] No such file or directory: '{Path(path) / missing[0]}' "
+                        f"({len(missing)} weight file(s) of {path} missing: {', '.join(missing[:5])})")
+        return None
 
     def kimi_crash(self) -> str | None:
         sglang_dir = self.settings.sglang_dir
