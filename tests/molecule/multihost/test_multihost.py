@@ -17,6 +17,8 @@ from pathlib import Path
 
 import testinfra
 
+from boot import reboot, starts_at_boot
+
 ROUTER = "multihost-router"
 GPUS = ["multihost-gpu1", "multihost-gpu2"]
 testinfra_hosts = [f"podman://{ROUTER}"]  # cluster tests: run once, not once per host
@@ -293,3 +295,116 @@ def test_router_overhead_per_request(host):
     record(direct_request_median_ms=round(d * 1000, 2), routed_request_median_ms=round(r * 1000, 2),
            router_overhead_ms=round((r - d) * 1000, 2))
     assert r - d < 0.05, f"router adds {1000 * (r - d):.1f} ms per request"
+
+
+def test_every_service_starts_at_boot(host):
+    assert starts_at_boot(host, "sglang-router")
+    for name in GPUS:
+        assert starts_at_boot(gpu(name), "sglang-server"), name
+
+
+def test_the_whole_site_restarted_routes_again_without_ansible(host):
+    """All three hosts restarted at once from outside (a power cut): with no Ansible run, the router
+    comes back with its workers from its unit, the servers load again, and requests succeed."""
+    wait_all_healthy()
+    began = time.monotonic()
+    threads = [threading.Thread(target=reboot, args=(name,)) for name in [ROUTER, *GPUS]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    deadline = began + 180
+    while time.monotonic() < deadline:
+        try:
+            if len(workers()) == len(GPUS) and all(w["is_healthy"] for w in workers()) and generate(router_url(), tokens=4):
+                break
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError):
+            pass
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"the router is not routing {180} s after the restart: {workers()}")
+    routing = time.monotonic() - began
+    with Traffic(router_url()) as traffic:
+        time.sleep(5)
+    record(site_restart_to_routing_s=round(routing, 1), after_restart_requests_sent=traffic.sent,
+           after_restart_requests_failed=traffic.failed)
+    assert traffic.failed == 0 and traffic.ok >= 5, traffic.errors[:10]
+
+
+# The two GPU hosts as one multi-node tensor-parallel group (inventory group kimi): tp 16 over two
+# nodes of 8 GPUs; the router is left as it is (it is not part of these plays).
+GROUP = ["-e", json.dumps({"sglang_server_multinode_group": "kimi", "sglang_server_tp_size": 16,
+                           "sglang_server_nccl_socket_ifname": "eth0"})]
+PORT = 20000
+
+
+def started_at(h):
+    return float(h.check_output("systemctl show -p ExecMainStartTimestampMonotonic --value sglang-server"))
+
+
+def unit_flags(h):
+    args = [line.strip().rstrip(" \\").strip('"') for line in
+            h.file("/etc/systemd/system/sglang-server.service").content_string.splitlines()]
+    return {flag: args[args.index(flag) + 1] for flag in ("--nnodes", "--node-rank", "--dist-init-addr") if flag in args}
+
+
+def head_ready(timeout=120):
+    head = gpu(GPUS[0])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = head.run(f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 -H 'Authorization: Bearer {KEY}' "
+                        f"http://127.0.0.1:{SERVER_PORT}/health_generate").stdout
+        if code == "200":
+            return time.monotonic()
+        time.sleep(0.5)
+    raise AssertionError("the group's head is not serving")
+
+
+def test_multinode_group_starts_head_first_restarts_and_rolls_back_together(host):
+    head, other = gpu(GPUS[0]), gpu(GPUS[1])
+    proc, wall = playbook("server.yml", *GROUP)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    for rank, h in enumerate((head, other)):
+        assert unit_flags(h) == {"--nnodes": "2", "--node-rank": str(rank), "--dist-init-addr": f"{GPUS[0]}:{PORT}"}
+        assert h.service("sglang-server").is_running
+    assert started_at(head) < started_at(other)
+    record(multinode_group_converge_s=round(wall, 1))
+
+    # A change on one node only (its environment file drifted) restarts the whole group, head first.
+    before = {h: started_at(h) for h in (head, other)}
+    other.run_expect([0], "echo '# drift' >> /etc/sglang/sglang-server.env")
+    proc, _ = playbook("server.yml", *GROUP)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    after = {h: started_at(h) for h in (head, other)}
+    assert all(after[h] > before[h] for h in after), (before, after)
+    assert after[head] < after[other]
+
+    # A release that crashes on one node (no EAGLE-3 delegation, checks off): every node goes back.
+    serving = other.file("/var/lib/sglang/serving-release").content_string.strip()
+    bad = "/opt/sglang/releases/r4-unpatched"
+    other.run_expect([0], f"rm -rf {bad} && cp -a {serving} {bad} && sed -i '/# BEGIN sglang_eagle3_patch/,"
+                          f"/# END sglang_eagle3_patch/d' {bad}/venv/lib/python3.11/site-packages/sglang/srt/models/kimi_k25.py"
+                          f" && ln -sfnT {bad} /opt/sglang/current.new && mv -T /opt/sglang/current.new /opt/sglang/current")
+    proc, _ = playbook("server.yml", *GROUP, "-e", "sglang_server_preflight_checks=false")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-5000:]
+    assert f"multi-node group kimi did not become ready (not ready: {GPUS[1]})" in out, out[-5000:]
+    for h in (head, other):
+        assert h.file("/opt/sglang/current").linked_to == serving
+        assert h.service("sglang-server").is_running
+    head_ready()
+
+
+def test_multinode_group_comes_back_after_both_hosts_restart(host):
+    other = gpu(GPUS[1])
+    began = time.monotonic()
+    threads = [threading.Thread(target=reboot, args=(name,)) for name in GPUS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ready = head_ready(timeout=180) - began
+    assert other.service("sglang-server").is_running
+    assert unit_flags(other)["--node-rank"] == "1"
+    record(multinode_group_restart_to_head_ready_s=round(ready, 1))
