@@ -1,0 +1,198 @@
+"""Every file a role uses comes from that role or from a role it declares (issue 14).
+
+Read statically from the roles' task files: every `src:` of copy/template/script/unarchive and
+every file or template lookup names a file of the role itself; every role a task includes is
+declared (meta/main.yml dependencies, or an include_role/import_role by name, whose entry point has
+an argument spec: its documented inputs); nothing reaches outside with role_path ~ '/..' and no
+role holds a symlink. Then each role is copied alone with the roles it declares, transitively,
+into an empty roles path, and ansible-playbook --syntax-check loads it with its dependencies.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from repo import ROLES, ROOT
+
+ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "meta" / "main.yml").is_file())
+FILE_MODULES = {"ansible.builtin.copy": "files", "ansible.builtin.script": "files", "ansible.builtin.unarchive": "files",
+                "ansible.builtin.template": "templates"}
+INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role")
+
+
+def tasks_of(role: str):
+    """(file, task) for every task of the role, blocks flattened."""
+    def walk(items, path):
+        for task in items or []:
+            if not isinstance(task, dict):
+                continue
+            yield path, task
+            for key in ("block", "rescue", "always"):
+                yield from walk(task.get(key), path)
+    for path in sorted((ROLES / role / "tasks").glob("*.yml")):
+        yield from walk(yaml.safe_load(path.read_text()), path)
+
+
+def defaults_of(role: str) -> dict:
+    path = ROLES / role / "defaults" / "main.yml"
+    return yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
+
+
+def included_roles(role: str) -> set[str]:
+    names = set()
+    for _path, task in tasks_of(role):
+        for module in INCLUDES:
+            if module in task:
+                name = task[module]["name"]
+                match = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", name)
+                names.add(defaults_of(role)[match.group(1)] if match else name)
+    return names
+
+
+def meta_dependencies(role: str) -> set[str]:
+    meta = yaml.safe_load((ROLES / role / "meta" / "main.yml").read_text())
+    return {d["role"] if isinstance(d, dict) else d for d in meta.get("dependencies") or []}
+
+
+def declared(role: str) -> set[str]:
+    return meta_dependencies(role) | included_roles(role)
+
+
+def closure(role: str) -> set[str]:
+    seen, todo = set(), [role]
+    while todo:
+        r = todo.pop()
+        if r not in seen:
+            seen.add(r)
+            todo.extend(declared(r))
+    return seen
+
+
+def test_no_symlinks_and_no_reach_outside_a_role():
+    links = [str(p.relative_to(ROOT)) for p in ROLES.rglob("*") if p.is_symlink()]
+    assert links == []
+    reaching = [str(p.relative_to(ROOT)) for p in ROLES.rglob("*.yml")
+                if re.search(r"role_path\s*~\s*'/\.\.", p.read_text())]
+    assert reaching == []
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_every_file_a_role_uses_is_its_own(role):
+    missing = []
+    for path, task in tasks_of(role):
+        for module, folder in FILE_MODULES.items():
+            args = task.get(module)
+            if not isinstance(args, dict):
+                continue
+            src = args.get("src") or (args.get("cmd", "").split()[0] if module == "ansible.builtin.script" else None)
+            if not src or "{{" in src and src.strip().startswith("{{ item"):
+                srcs = [i if isinstance(i, str) else i.get("name") for i in task.get("loop", []) or []] \
+                    if isinstance(task.get("loop"), list) else []
+            else:
+                srcs = [src]
+            for s in srcs:
+                if not s or "{{" in s:
+                    continue
+                if not (ROLES / role / folder / s).exists():
+                    missing.append(f"{path.name}: {module} {s}")
+        for key in ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks"):
+            target = task.get(key)
+            target = target.get("file") if isinstance(target, dict) else target
+            if target and "{{" not in target and not (ROLES / role / "tasks" / target).is_file():
+                missing.append(f"{path.name}: {key} {target}")
+    assert missing == [], f"{role} uses files it does not hold: {missing}"
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_included_roles_are_roles_with_a_documented_entry_point(role):
+    for path, task in tasks_of(role):
+        for module in INCLUDES:
+            if module not in task:
+                continue
+            args = task[module]
+            name = args["name"]
+            match = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", name)
+            name = defaults_of(role)[match.group(1)] if match else name
+            entry = args.get("tasks_from", "main")
+            specs = yaml.safe_load((ROLES / name / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+            assert entry in specs, f"{role} ({path.name}) includes {name} tasks_from {entry}: no argument spec for it"
+
+
+VALIDATE_PLAY = """
+- hosts: gpu_hosts
+  become: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: {role}
+        tasks_from: {entry}
+"""
+# What a role's validation reads from outside the role: the demo inventory's settings, and for the
+# router the endpoint the GPU hosts' servers publish (a fact, not a file).
+ENDPOINT = {"host": "localhost", "serves_http": True, "url": "http://127.0.0.1:30000", "port": 30000,
+            "api_key_sha256": "", "local_url": "http://127.0.0.1:30000", "writable_paths": ["/var/lib/sglang"]}
+
+
+@pytest.fixture(scope="module")
+def hub():
+    """The Hub TEST DOUBLE on this machine's loopback (sglang_model's validation asks the Hub)."""
+    import sys
+    import time
+    import urllib.request
+
+    import synthetic_model
+    from simtruth import free_port
+
+    fixtures = os.environ.get("MODEL_FIXTURES_DIR") or str(synthetic_model.molecule_fixtures())
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "harness" / "hub_double.py"), "--root",
+                             f"{fixtures}/hub", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/_double/stats", timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait()
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_a_role_copied_with_only_what_it_declares_runs_its_validation(role, tmp_path, hub):
+    """Copied into an empty roles path with its declared roles (transitively), the role's validate
+    entry point (or main, for a role without one) runs in check mode: every file and role it needs
+    is there."""
+    roles = tmp_path / "roles"
+    for name in closure(role):
+        shutil.copytree(ROLES / name, roles / name)
+    specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    # sglang_common runs nothing by itself: its tools entry point is what other roles call.
+    entry = "validate" if "validate" in specs else "tools" if role == "sglang_common" else "main"
+    (tmp_path / "play.yml").write_text(VALIDATE_PLAY.format(role=role, entry=entry)
+                                       + f"      vars: {{sglang_common_tools_dir: {tmp_path / 'tools'}}}\n")
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
+        "gpu_hosts": {"hosts": {"localhost": {"ansible_connection": "local",
+                                              "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                                              "sglang_server_endpoint": ENDPOINT,
+                                              "sglang_model_hub_endpoint": hub,
+                                              "sglang_model_root": str(tmp_path / "models")}}},
+        "sglang_routers": {"hosts": {"localhost": {"sglang_router_host": "127.0.0.1",
+                                                   "sglang_router_port": 30080}}}}}}))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
+    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(roles), ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(["ansible-playbook", "-i", str(inventory), "--check", str(tmp_path / "play.yml")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "was not found" not in out and "Could not find or access" not in out
