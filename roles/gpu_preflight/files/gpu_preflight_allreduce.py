@@ -114,6 +114,15 @@ def nccl_check(name: str, status: str, expected, found, message: str) -> dict:
     return {"phase": "nccl", "name": name, "status": status, "expected": expected, "found": found, "message": message}
 
 
+def threshold_check(name: str, n: int, row: dict | None, key: str, threshold: float, expected: str, passes,
+                    message) -> dict:
+    """One threshold check of a measured size: n/a (1 GPU, no threshold, size not measured) or pass/fail."""
+    if n < 2 or row is None or not threshold:
+        return nccl_check(name, "n/a", expected, row and row[key],
+                          "not checked: " + ("1 GPU, no peer" if n < 2 else "no threshold" if row else "size not measured"))
+    return nccl_check(name, "pass" if passes(row[key]) else "fail", expected, row[key], message())
+
+
 def evaluate(rows: list[dict], n: int, correct: bool, latency_size: int, max_latency_us: float,
              bandwidth_size: int, min_busbw_gbps: float) -> list[dict]:
     """The checks of a measured run: the sum was right, small messages fast enough, large ones wide enough.
@@ -123,28 +132,17 @@ def evaluate(rows: list[dict], n: int, correct: bool, latency_size: int, max_lat
     by_size = {r["bytes"]: r for r in rows}
     checks = [nccl_check("allreduce_sum", "pass" if correct else "fail", "sum of ranks", "right" if correct else "wrong",
                          "every rank received the right sum" if correct else "an all-reduce gave a wrong sum")]
-    lat = by_size.get(latency_size)
-    if n < 2 or lat is None or not max_latency_us:
-        checks.append(nccl_check("latency", "n/a", "<= %g us at %d B" % (max_latency_us, latency_size),
-                                 lat and lat["latency_us"],
-                                 "not checked: " + ("1 GPU, no peer" if n < 2 else "no threshold" if lat else "size not measured")))
-    else:
-        ok = lat["latency_us"] <= max_latency_us
-        checks.append(nccl_check("latency", "pass" if ok else "fail", "<= %g us at %d B" % (max_latency_us, latency_size),
-                                 lat["latency_us"],
-                                 "all-reduce of %d B took %.1f us (%s), gpu_preflight_nccl_max_latency_us is %g"
-                                 % (latency_size, lat["latency_us"], lat["timing"].replace("_", " "), max_latency_us)))
-    bw = by_size.get(bandwidth_size)
-    if n < 2 or bw is None or not min_busbw_gbps:
-        checks.append(nccl_check("bus_bandwidth", "n/a", ">= %g GB/s at %d B" % (min_busbw_gbps, bandwidth_size),
-                                 bw and bw["busbw_gbps"],
-                                 "not checked: " + ("1 GPU, no peer" if n < 2 else "no threshold" if bw else "size not measured")))
-    else:
-        ok = bw["busbw_gbps"] >= min_busbw_gbps
-        checks.append(nccl_check("bus_bandwidth", "pass" if ok else "fail", ">= %g GB/s at %d B" % (min_busbw_gbps, bandwidth_size),
-                                 bw["busbw_gbps"],
-                                 "all-reduce of %d B: bus bandwidth %.1f GB/s, gpu_preflight_nccl_min_busbw_gbps is %g"
-                                 % (bandwidth_size, bw["busbw_gbps"], min_busbw_gbps)))
+    lat, bw = by_size.get(latency_size), by_size.get(bandwidth_size)
+    checks.append(threshold_check(
+        "latency", n, lat, "latency_us", max_latency_us, "<= %g us at %d B" % (max_latency_us, latency_size),
+        lambda found: found <= max_latency_us,
+        lambda: "all-reduce of %d B took %.1f us (%s), gpu_preflight_nccl_max_latency_us is %g"
+                % (latency_size, lat["latency_us"], lat["timing"].replace("_", " "), max_latency_us)))
+    checks.append(threshold_check(
+        "bus_bandwidth", n, bw, "busbw_gbps", min_busbw_gbps, ">= %g GB/s at %d B" % (min_busbw_gbps, bandwidth_size),
+        lambda found: found >= min_busbw_gbps,
+        lambda: "all-reduce of %d B: bus bandwidth %.1f GB/s, gpu_preflight_nccl_min_busbw_gbps is %g"
+                % (bandwidth_size, bw["busbw_gbps"], min_busbw_gbps)))
     return checks
 
 

@@ -1,7 +1,8 @@
 """Action sglang_model_wait: wait for a background staging job, one progress line per poll.
 
 The job is files/sglang_model_stage.py started with ``async``/``poll: 0``; it rewrites a small JSON
-progress file (bytes done and total, rate, ETA, files done). Each poll reads the job's status
+progress file (bytes done and total, rate, ETA, files done, and the line to print: the tool
+owns the wording, this plugin only shows it). Each poll reads the job's status
 (ansible.builtin.async_status) and that file (ansible.builtin.slurp) on the host and prints one line
 on the controller, e.g.::
 
@@ -22,35 +23,6 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 display = Display()
-
-
-def _size(n) -> str:
-    n = float(n or 0)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-def _duration(seconds) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds}s"
-
-
-def progress_line(p: dict) -> str:
-    total = p.get("bytes_total") or 0
-    done = p.get("bytes_done") or 0
-    pct = f" ({100.0 * done / total:.1f}%)" if total else ""
-    rate = f"{_size(p['rate'])}/s" if p.get("rate") is not None else "rate ?"
-    return (f"{_size(done)} of {_size(total)}{pct}, {rate}, ETA {_duration(p.get('eta'))}, "
-            f"files {p.get('files_done', 0)}/{p.get('files_total', '?')} ({p.get('phase', '?')})")
 
 
 class ActionModule(ActionBase):
@@ -97,7 +69,7 @@ class ActionModule(ActionBase):
             return result
         result.update(outcome)
         result["changed"] = bool(outcome.get("changed"))
-        result["msg"] = self._summary(label, outcome)
+        result["msg"] = f"{label}: {outcome.get('summary') or outcome.get('status', 'done')}"
         display.display(f"{host} | {result['msg']}")
         return result
 
@@ -109,19 +81,6 @@ class ActionModule(ActionBase):
         if got.get("failed") or "content" not in got:
             return "starting"
         try:
-            return progress_line(json.loads(base64.b64decode(got["content"])))
+            return json.loads(base64.b64decode(got["content"])).get("line") or "running"
         except ValueError:
             return "running"
-
-    @staticmethod
-    def _summary(label: str, o: dict) -> str:
-        fetched = o.get("fetched_bytes") or 0
-        rate = f" at {_size(o['rate'])}/s" if o.get("rate") else ""
-        checked = f"{o['rehashed_files']} files rehashed, " if o.get("rehashed_files") else ""
-        bad = ", ".join(o.get("repaired") or [])
-        what = {"verified": f"verified ({checked}nothing fetched)",
-                "staged": f"staged: {o.get('fetched_files', 0)} files, {_size(fetched)} fetched{rate}"
-                          + (f" (corrupted files replaced: {bad})" if bad else ""),
-                "reopened": f"corrupted files found and set aside for a new fetch: {bad}"}.get(o.get("status"),
-                                                                                              o.get("status", "done"))
-        return f"{label}: {what} in {o.get('seconds', '?')} s"

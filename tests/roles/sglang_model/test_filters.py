@@ -190,13 +190,13 @@ def test_inside_writable_paths_by_text():
 
 
 def test_one_progress_line_per_poll():
+    """The tool words the lines the role prints (progress per poll, the result at the end)."""
     from repo import load, role_file  # noqa: PLC0415
-    wait = load(role_file("sglang_model", "action_plugins", "sglang_model_wait.py"), "sglang_model_wait_action")
-    line = wait.progress_line({"bytes_done": 212_400_000_000, "bytes_total": 547_000_000_000, "rate": 1.04e9,
+    tool = load(role_file("sglang_model", "files", "sglang_model_stage.py"), "sglang_model_stage_words")
+    line = tool.progress_line({"bytes_done": 212_400_000_000, "bytes_total": 547_000_000_000, "rate": 1.04e9,
                                "eta": 321, "files_done": 24, "files_total": 71, "phase": "downloading"})
     assert line == "212.4 GB of 547.0 GB (38.8%), 1.0 GB/s, ETA 5m21s, files 24/71 (downloading)"
-    assert "rate ?, ETA ?" in wait.progress_line({"bytes_done": 0, "bytes_total": 10, "rate": None, "eta": None})
-    summary = wait.ActionModule._summary("target", {"status": "staged", "fetched_files": 2, "fetched_bytes": 3e9,
-                                                    "rate": 1e9, "seconds": 3.0, "repaired": ["a.safetensors"]})
-    assert summary == ("target: staged: 2 files, 3.0 GB fetched at 1.0 GB/s (corrupted files replaced: "
-                       "a.safetensors) in 3.0 s")
+    assert "rate ?, ETA ?" in tool.progress_line({"bytes_done": 0, "bytes_total": 10, "rate": None, "eta": None})
+    summary = tool.summary_line({"status": "staged", "fetched_files": 2, "fetched_bytes": 3e9,
+                                 "rate": 1e9, "seconds": 3.0, "repaired": ["a.safetensors"]})
+    assert summary == "staged: 2 files, 3.0 GB fetched at 1.0 GB/s (corrupted files replaced: a.safetensors) in 3.0 s"
