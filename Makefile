@@ -20,7 +20,7 @@ HARNESS_ENV = TESTHOST_IMAGE="$$($(PYTHON) tests/harness/hostsetup.py --print-im
 
 help:
 	@echo "make demo   converge site.yml against a local simulated GPU host and print the report"
-	@echo "make test   lint, pytest and every molecule scenario ($(SCENARIOS))"
+	@echo "make test   lint, then pytest and every molecule scenario ($(SCENARIOS)), two at a time"
 	@echo "make lint | pytest | molecule [SCENARIOS=...] | demo-clean | clean"
 
 $(VENV)/.stamp: requirements.txt
@@ -60,7 +60,9 @@ molecule: venv hostsetup mirror sources fixtures
 	  echo "== molecule $$s: $$(( $$(date +%s) - start )) s"; \
 	done
 
-test: lint pytest molecule
+# Lint, then pytest and the scenarios two at a time, then the timing tests alone (per-job times at the end).
+test: lint venv hostsetup mirror sources fixtures
+	$(HARNESS_ENV) $(BIN)/python tests/harness/run_tests.py --scenarios "$(SCENARIOS)"
 
 demo: venv hostsetup mirror sources fixtures
 	$(PYTHON) tests/harness/demo.py

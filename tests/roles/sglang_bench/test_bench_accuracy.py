@@ -22,6 +22,9 @@ import pytest
 
 from simtruth import sim_env, truth
 
+# Assertions about time: run alone (tests/harness/run_tests.py runs the timing tests last).
+pytestmark = pytest.mark.timing
+
 RATE, ACCEPT, TTFT_MS, SLOWDOWN = 100.0, 2.5, 50.0, 0.005
 SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
         "--speculative-num-draft-tokens", "4"]

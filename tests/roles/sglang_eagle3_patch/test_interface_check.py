@@ -26,6 +26,7 @@ def missing(report: dict) -> set[str]:
     return {m for cls in report["classes"] for m in cls["missing"]}
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("version", [UNPATCHED, PATCHED_UPSTREAM, NEWEST])
 def test_interface_check_is_fast_on_a_real_tree(release, timings, version):
     tree = release(version)

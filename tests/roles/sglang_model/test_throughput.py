@@ -26,6 +26,9 @@ import hub_double
 import synthetic_model
 from model_kit import CACHE, FIGURES, TOOL, Stager, plan_for, size_of
 
+# Assertions about time: run alone (tests/harness/run_tests.py runs the timing tests last).
+pytestmark = pytest.mark.timing
+
 BENCH = {"repo": "test-org/bench", "shards": 6, "shard_mb": 128, "seed": 7}
 
 
