@@ -10,7 +10,7 @@ testinfra_hosts = [f"podman://{NAME}"]
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "bench-results" / NAME
 KEY = "test-only-key-bench-41c2"
-# The simulator's truth (files/sglang_sim.py): one request of N tokens takes
+# The simulator's truth (roles/sglang_server/files/sglang_sim): one request of N tokens takes
 # TTFT + (N - 1) / ACCEPT / DECODE seconds; here N=64, TTFT 0.15 s, ACCEPT 2.4, DECODE 40.
 TRUTH_TOK_S = 64 / (0.150 + 63 / 2.4 / 40)
 
@@ -46,16 +46,17 @@ def test_report_and_plot_rendered():
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
 
-def test_gate_fails_when_slower_than_threshold_and_passes_otherwise():
+def test_gate_fails_when_significantly_slower_than_the_threshold():
+    """The pass side is the converge and idempotence runs above (a second session of the same speed
+    passes); the verdicts themselves are unit-tested on known distributions
+    (tests/roles/sglang_bench/test_report_verdict.py)."""
     before = len(results())
     slow = converge("-e", "bench_test_slowdown=1.25")  # 20% fewer tok/s: beyond the 5% gate
     out = slow.stdout + slow.stderr
     assert slow.returncode != 0, out[-3000:]
     assert "Benchmark regression on molecule-sglang-bench" in out and "below the previous session" in out, out[-3000:]
+    assert "slower" in out  # the verdict, not only the threshold
     assert len(results()) == before + 1  # the slow result is kept for the history
-    fine = converge("-e", "bench_test_slowdown=1.02")  # 2% slower than the first session, faster than the last
-    assert fine.returncode == 0, (fine.stdout + fine.stderr)[-3000:]
-    assert "vs previous" in fine.stdout
     report = (RESULTS / "report.md").read_text()
     assert report.count("| eagle3 |") >= 3  # the newest row plus the history
 
