@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = args.scenarios.split()
     began = time.monotonic()
     # The longest jobs first, so that the last ones to start are short.
-    side_by_side = [Job("pytest", [sys.executable, "-m", "pytest", "-q", "-m", "not timing", "tests"])]
+    side_by_side = [Job("pytest", [sys.executable, "-m", "pytest", "-q", "--durations=40", "-m", "not timing", "tests"])]
     side_by_side += [Job(f"molecule-{s}", ["molecule", "test", "-s", s]) for s in scenarios]
     order = {"pytest": 0, "molecule-multihost": 1, "molecule-default": 2}
     side_by_side.sort(key=lambda j: order.get(j.name, 9))

@@ -32,7 +32,10 @@ def test_preflight_passed_against_the_demo_inventory(host):
     for name in ("gpu_count", "gpu_name", "compute_capability", "gpu_memory", "driver_version", "persistence_mode",
                  "interconnect", "disk", "ram", "shm"):
         assert statuses[name] == "pass", name
-    assert statuses["xid_errors"] == "n/a"  # a container cannot read the kernel log
+    # Whether a container may read the kernel log depends on the machine (kernel.dmesg_restrict, capabilities):
+    # readable -> checked (this machine's log has no NVIDIA Xid), not readable -> n/a with its reason.
+    readable = host.run("dmesg").rc == 0
+    assert statuses["xid_errors"] == ("pass" if readable else "n/a"), (readable, statuses["xid_errors"])
     assert r["inventory"]["topology"]["interconnect"] == "pcie"
     assert {g["driver_version"] for g in r["inventory"]["gpus"]} == {"580.95.05"}  # installed by nvidia_cuda
 
