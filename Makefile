@@ -60,8 +60,8 @@ molecule: venv hostsetup mirror sources fixtures
 	  echo "== molecule $$s: $$(( $$(date +%s) - start )) s"; \
 	done
 
-# Lint, then pytest and the scenarios two at a time, then the timing tests alone (per-job times at the end).
-test: lint venv hostsetup mirror sources fixtures
+# Lint, pytest and the scenarios two at a time, then the timing tests alone (per-job times at the end).
+test: venv hostsetup mirror sources fixtures
 	$(HARNESS_ENV) $(BIN)/python tests/harness/run_tests.py --scenarios "$(SCENARIOS)"
 
 demo: venv hostsetup mirror sources fixtures

@@ -1,4 +1,4 @@
-"""`make test` after lint: pytest and every molecule scenario, two at a time, then the timing tests alone.
+"""`make test`: lint, pytest and every molecule scenario, two at a time, then the timing tests alone.
 
 Why: the whole suite is about 80 minutes of work on this 2-core machine run one job after the other,
 yet most of it waits (test hosts booting, simulated model loads, readiness polls, a router draining):
@@ -10,7 +10,7 @@ Each job's output goes to ``<logs>/<job>.log``; a line is printed when a job sta
 ends (its time and result); at the end a table of every job's time, and the last lines of each
 failed job's log. Exit status 1 when any job failed.
 
-Usage: python3 tests/harness/run_tests.py [--jobs 2] [--logs .test-logs] [--scenarios "a b c"]
+Usage: python3 tests/harness/run_tests.py [--jobs 2] [--logs .test-logs] [--scenarios "a b c"] [--no-lint]
 (the environment is the Makefile's: the venv on PATH, TESTHOST_IMAGE, NVIDIA_MIRROR_DIR, ...).
 """
 
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
     ap.add_argument("--logs", default=str(ROOT / ".test-logs"))
     ap.add_argument("--scenarios", default=os.environ.get("SCENARIOS", ""))
+    ap.add_argument("--no-lint", action="store_true", help="skip yamllint and ansible-lint")
     args = ap.parse_args(argv)
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
@@ -84,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     # The longest jobs first, so that the last ones to start are short.
     side_by_side = [Job("pytest", [sys.executable, "-m", "pytest", "-q", "--durations=40", "-m", "not timing", "tests"])]
     side_by_side += [Job(f"molecule-{s}", ["molecule", "test", "-s", s]) for s in scenarios]
-    order = {"pytest": 0, "molecule-multihost": 1, "molecule-default": 2}
+    # Lint is a job like the others (about a minute and a half of CPU): last, where a lane would idle.
+    if not args.no_lint:
+        side_by_side.append(Job("lint", ["bash", "-c", "yamllint -s . && ansible-lint"]))
+    order = {"pytest": 0, "molecule-multihost": 1, "molecule-default": 2, "lint": 99}
     side_by_side.sort(key=lambda j: order.get(j.name, 9))
     run_all(side_by_side, args.jobs, logs)
     alone = [Job("pytest-timing", [sys.executable, "-m", "pytest", "-q", "-m", "timing", "tests"])]
