@@ -32,10 +32,13 @@ def test_preflight_passed_against_the_demo_inventory(host):
     for name in ("gpu_count", "gpu_name", "compute_capability", "gpu_memory", "driver_version", "persistence_mode",
                  "interconnect", "disk", "ram", "shm"):
         assert statuses[name] == "pass", name
-    # Whether a container may read the kernel log depends on the machine (kernel.dmesg_restrict, capabilities):
-    # readable -> checked (this machine's log has no NVIDIA Xid), not readable -> n/a with its reason.
-    readable = host.run("dmesg").rc == 0
-    assert statuses["xid_errors"] == ("pass" if readable else "n/a"), (readable, statuses["xid_errors"])
+    # Whether the kernel log is readable on a test host depends on how Ansible reaches it (the test
+    # connection enters the container's namespaces with the machine's capabilities; podman exec drops
+    # CAP_SYSLOG) and on kernel.dmesg_restrict: readable -> checked (no NVIDIA Xid in this machine's
+    # log), not readable -> n/a, with the reason in the report.
+    xid = r["inventory"]["xid"]
+    assert statuses["xid_errors"] == ("pass" if xid["readable"] else "n/a"), (xid, statuses["xid_errors"])
+    assert xid["readable"] or xid["reason"]
     assert r["inventory"]["topology"]["interconnect"] == "pcie"
     assert {g["driver_version"] for g in r["inventory"]["gpus"]} == {"580.95.05"}  # installed by nvidia_cuda
 
