@@ -154,7 +154,9 @@ def holds(condition: dict, settings: dict[str, Any], context: dict[str, Any]) ->
     """Whether one condition of a fact holds for these settings."""
     if "any" in condition:
         return any(holds(c, settings, context) for c in condition["any"])
-    left = _value(condition["setting"], settings, context)
+    setting = condition["setting"]
+    # A name is looked up: a setting the server does not get is None, never its own name as a literal.
+    left = settings.get(setting) if isinstance(setting, str) else _value(setting, settings, context)
     if "truthy" in condition:
         return bool(left) == condition["truthy"]
     if "in" in condition:

@@ -111,6 +111,14 @@ def test_impossible_settings_fail(change, gpus, expected):
     assert ids(report, "failures") == expected
 
 
+@pytest.mark.parametrize("env", [{}, {"SGLANG_ENABLE_SPEC_V2": "0"}, {"OTHER": "1"}])
+def test_a_setting_the_server_does_not_get_is_unset_not_its_own_name(env):
+    """topk 4 without SGLANG_ENABLE_SPEC_V2 starts (playbooks/tune.yml leaves the variable out for topk > 1);
+    an absent setting must not be read as the literal string of its name (which is truthy)."""
+    rc, report = run(dict(GOOD, speculative_eagle_topk=4, speculative_num_draft_tokens=8, env=env))
+    assert rc == 0 and "spec-v2-topk-above-1" not in ids(report, "failures"), report
+
+
 def test_ignored_settings_warn():
     _, overridden = run(dict(GOOD, speculative_num_draft_tokens=6))
     assert ids(overridden, "warnings") == {"speculative-topk1-draft-tokens-overridden"}
