@@ -1,0 +1,105 @@
+"""sglang_common's `package` entry point and its filter sglang_common_stale_files, run for real by
+ansible-playbook on this machine (local connection, into a temporary directory): the first run
+installs every file, a second changes nothing, a file changed on the host is the only one copied
+back, a file the package stopped shipping is removed, and check mode reports without writing."""
+
+import hashlib
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from repo import ROLES, load
+
+common = load(ROLES / "sglang_common" / "filter_plugins" / "sglang_common.py")
+
+PLAY = """---
+- name: Install a package with sglang_common
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
+  tasks:
+    - name: Install it
+      ansible.builtin.include_role:
+        name: sglang_common
+        tasks_from: package
+      vars:
+        sglang_common_package_files: {files}
+        sglang_common_package_dest: {dest}
+    - name: Say whether it changed
+      ansible.builtin.debug:
+        msg: "package changed: {{{{ sglang_common_package_changed }}}}"
+"""
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the entry point installs root-owned files")
+
+
+def entry(installed_dir: Path, name: str, data: bytes, mode="0644", owner="root") -> dict:
+    return {"path": f"{installed_dir}/{name}", "checksum": hashlib.sha1(data).hexdigest(), "mode": mode,
+            "pw_name": owner, "gr_name": "root"}
+
+
+def test_stale_files_compares_content_mode_and_owner(tmp_path):
+    src = tmp_path / "pkg"
+    src.mkdir()
+    for name in ("a.py", "b.py", "c.py", "d.py"):
+        (src / name).write_bytes(name.encode() * 3)
+    dest = "/opt/x/pkg"
+    installed = [entry(dest, "a.py", b"a.py" * 3), entry(dest, "b.py", b"changed"),
+                 entry(dest, "c.py", b"c.py" * 3, mode="0666"), entry(dest, "zz.py", b"gone")]
+    stale = common.sglang_common_stale_files([str(src / n) for n in ("a.py", "b.py", "c.py", "d.py")], installed, dest + "/")
+    assert [Path(p).name for p in stale] == ["b.py", "c.py", "d.py"]  # a.py is current; d.py is missing
+    assert common.sglang_common_stale_files([str(src / "a.py")], [entry(dest, "a.py", b"a.py" * 3, owner="nobody")], dest)
+    with pytest.raises(common.AnsibleFilterError, match="cannot read .*missing.py"):
+        common.sglang_common_stale_files([str(src / "missing.py")], [], dest)
+
+
+def run(tmp_path, files, dest, *extra):
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(files=[str(f) for f in files], dest=dest))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
+    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(play), *extra], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    changed = int(re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", out).group(1))
+    return changed, out
+
+
+def test_package_entry_installs_only_what_differs_and_removes_what_is_gone(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    files = []
+    for i in range(5):
+        (src / f"m{i}.py").write_text(f"VALUE = {i}\n")
+        files.append(src / f"m{i}.py")
+    dest = tmp_path / "host" / "pkg"
+
+    changed, out = run(tmp_path, files, dest, "--check")
+    assert changed > 0 and "package changed: True" in out and not dest.exists()  # check mode writes nothing
+
+    changed, out = run(tmp_path, files, dest)
+    assert "package changed: True" in out
+    assert sorted(p.name for p in dest.iterdir()) == [f"m{i}.py" for i in range(5)]
+    assert oct(dest.stat().st_mode & 0o777) == "0o755" and oct((dest / "m0.py").stat().st_mode & 0o777) == "0o644"
+
+    changed, out = run(tmp_path, files, dest)
+    assert changed == 0 and "package changed: False" in out
+    assert "m0.py" not in out  # nothing copied: no item of the copy loop ran
+
+    (dest / "m2.py").write_text("VALUE = 'edited on the host'\n")
+    (dest / "m3.py").chmod(0o600)
+    (dest / "old.py").write_text("shipped by an earlier version\n")
+    changed, out = run(tmp_path, files, dest, "--check", "--diff")
+    assert "package changed: True" in out and (dest / "old.py").exists() and "edited" in (dest / "m2.py").read_text()
+    changed, out = run(tmp_path, files, dest)
+    copied = re.findall(r"changed: \[localhost\] => \(item=pkg/(m\d\.py)\)", out)
+    assert copied == ["m2.py", "m3.py"], out[-3000:]
+    assert (dest / "m2.py").read_text() == "VALUE = 2\n" and oct((dest / "m3.py").stat().st_mode & 0o777) == "0o644"
+    assert not (dest / "old.py").exists()
+    assert run(tmp_path, files, dest)[0] == 0
