@@ -17,6 +17,7 @@ is copied into, whole).  Where the parts are:
   flags.py       SGLang's command line, rebuilt from flags.json (argparse, ServerArgs defaults)
   sglang_dir.py  what it reads from a real SGLang package (version, the Kimi-K2.5 EAGLE-3 methods)
   engine.py      the timing model: admission, prefill, the decode step clock, EAGLE acceptance
+  specmodel.py   the speculative-decoding MODEL (SGLANG_SIM_ACCEPT_FIRST): what steps/topk/draft tokens are worth
   http.py        HTTP/1.1 on asyncio streams: requests, plain and chunked (SSE) responses
   api.py         SGLang's HTTP API: routes, auth, readiness, response shapes; serve()
   __main__.py    start-up: parse, validate, log as SGLang does, serve
@@ -52,6 +53,22 @@ Timing model (the "truth" the benchmark tests measure against):
   SGLang 0.5.9, EAGLE/EAGLE3/STANDALONE/NGRAM default it to 48; otherwise unlimited here.
   Outputs always run to max_new_tokens (finish_reason "length"); there is no EOS.
 
+Speculative-decoding MODEL (specmodel.py; a model, not a measurement of SGLang), on when
+SGLANG_SIM_ACCEPT_FIRST is set; it replaces ACCEPT_LENGTH and the step time above.  With
+s = speculative_num_steps, k = speculative_eagle_topk, N = speculative_num_draft_tokens (N = s + 1
+when k = 1, SGLang's rule), a1 = ACCEPT_FIRST, d = ACCEPT_DECAY, c_d = DRAFT_STEP_COST,
+c_v = VERIFY_TOKEN_COST, M = SPEC_MEMORY_LIMIT:
+  depth    L = min(s, N - 1);  width  w = min(k, (N - 1) / L), at least 1
+  q_i      = 1 - (1 - a1 * d^(i-1))^w        draft position i accepted given 1..i-1 were (i = 1..L):
+                                             falls with depth, rises with the tree's width (topk)
+  E[k]     = 1 + sum_{j=1..L} prod_{i<=j} q_i   tokens per verify step; draws follow the q_i
+  step(n)  = SLOWDOWN_FACTOR / DECODE_TOK_S * ((1 + BATCH_SLOWDOWN (n - 1)) + c_d s + c_v (N - 1) n)
+             a draft cost per step, a verify cost per draft token and request
+  memory   k * N > M (M > 0): the start fails after LOAD_SECONDS with SGLang's
+             "torch.OutOfMemoryError: CUDA out of memory" and exit 1
+  => decode tok/s of n requests together = n E[k] / step(n): specmodel.expected_tok_s(), the truth
+     a tuner's result is checked against.
+
 Settings come from the environment only, because the command line must be SGLang's:
   SGLANG_SIM_LOAD_SECONDS      3      seconds from start to ready (health 503 meanwhile)
   SGLANG_SIM_DECODE_TOK_S      50     decode steps/s of one request (its tok/s without speculation)
@@ -60,6 +77,11 @@ Settings come from the environment only, because the command line must be SGLang
   SGLANG_SIM_BATCH_SLOWDOWN    0.01   step-time growth per extra running request
   SGLANG_SIM_SLOWDOWN_FACTOR   1.0    multiplies every generation time (regression gates)
   SGLANG_SIM_SEED              0      seed of the per-request acceptance draws
+  SGLANG_SIM_ACCEPT_FIRST      unset  a1 in (0, 1): turns the speculative model on (below)
+  SGLANG_SIM_ACCEPT_DECAY      0.85   d in (0, 1]: acceptance factor per deeper draft position
+  SGLANG_SIM_DRAFT_STEP_COST   0.08   c_d: one draft step, in decode steps of one request
+  SGLANG_SIM_VERIFY_TOKEN_COST 0.03   c_v: one verified draft token of one request, same unit
+  SGLANG_SIM_SPEC_MEMORY_LIMIT 0      M: largest topk x draft tokens that starts; 0: no limit
   SGLANG_SIM_SGLANG_DIR        unset  an SGLang package dir (holding srt/) to inspect
   SGLANG_SIM_FAULT             unset  comma-separated faults, below
 Faults:

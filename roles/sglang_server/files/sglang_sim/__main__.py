@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_server_args(table, argv)
         settings = SimSettings.from_env(dict(os.environ))
         warnings = finalize_server_args(args)
-        if args.get("speculative_algorithm"):
+        if args.get("speculative_algorithm") and settings.accept_first is None:
             chain_acceptance(settings.accept_length, int(args["speculative_num_draft_tokens"]))
         version = read_sglang_version(settings.sglang_dir, table["sglang_version"])
         log.info("%s; flags of sglang %s; reporting version %s; settings %s", BANNER, table["sglang_version"],

@@ -16,9 +16,11 @@ from typing import Any, Callable
 
 from .engine import Engine, GenRequest
 from .http import ClientGone, HttpRequest, Responder, dumps, read_request
+from .metrics import SimMetrics
 from .settings import READY_TEXT, SimConfigError, SimSettings
 from .model_dir import is_kimi_k25, missing_weights, read_config
 from .sglang_dir import KIMI_CLASS, KIMI_K25_NAME, kimi_crash_traceback, missing_target_method
+from .specmodel import SpecOutOfMemory
 
 HEALTH_CHECK_POLL_S = 1.0  # SGLang's health_generate sleeps 1 s before its first check
 CHAT_DEFAULT_MAX_TOKENS = 128  # SGLang would generate to EOS/context; the sim has no EOS
@@ -51,6 +53,10 @@ class SimServer:
             "/v1/completions": (("POST",), self.completions),
             "/v1/chat/completions": (("POST",), self.chat_completions),
         }
+        # --enable-metrics: SGLang's Prometheus metrics on the HTTP port (metrics.py).
+        self.metrics = SimMetrics(self) if server_args.get("enable_metrics") else None
+        if self.metrics is not None:
+            self.routes["/metrics"] = (("GET",), self.prometheus)
 
     # ---- connection handling
 
@@ -138,6 +144,12 @@ class SimServer:
             "version": self.version,
         })
 
+    async def prometheus(self, req: HttpRequest, out: Responder) -> None:
+        if not self.ready:  # SGLang starts uvicorn only once the model is loaded: no /metrics before
+            await out.send(503, b"", "text/plain")
+            return
+        await out.send(200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+
     async def models(self, req: HttpRequest, out: Responder) -> None:
         name = self.args["served_model_name"]
         await out.send_json(200, {"object": "list", "data": [{
@@ -197,6 +209,8 @@ class SimServer:
             await out.send(500, b"Internal Server Error", "text/plain; charset=utf-8")
 
     def _launch(self, req: GenRequest) -> None:
+        if self.metrics is not None:
+            self.metrics.track(req)
         task = asyncio.ensure_future(self.engine.generate(req))
         self.background.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self.background.discard)
@@ -211,6 +225,8 @@ class SimServer:
                 sink(r)
             except ClientGone:  # SGLang aborts a request whose client went away
                 r.aborted, r.sink = True, None
+                if self.metrics is not None:
+                    self.metrics.abort()
                 r.done.set()
 
         req.sink = guarded
@@ -390,7 +406,7 @@ class SimServer:
         """Simulated weight loading; then the Kimi check (crash) or readiness."""
         log.info("Load weight begin. (simulated: SGLANG_SIM_LOAD_SECONDS=%s)", self.settings.load_seconds)
         await asyncio.sleep(self.settings.load_seconds)
-        crash = self.weights_missing() or self.kimi_crash()
+        crash = self.weights_missing() or self.kimi_crash() or self.out_of_memory()
         if crash is not None:
             print("[sglang_sim] simulated SGLang start-up failure (this is the simulator, not SGLang)",
                   file=sys.stderr)
@@ -416,6 +432,19 @@ class SimServer:
             if missing:
                 return (f"FileNotFoundError: [Errno 2] No such file or directory: '{Path(path) / missing[0]}' "
                         f"({len(missing)} weight file(s) of {path} missing: {', '.join(missing[:5])})")
+        return None
+
+    def out_of_memory(self) -> str | None:
+        """The speculative model's memory limit: SGLang's CUDA out-of-memory error at start-up."""
+        model = self.engine.spec_model
+        if model is None:
+            return None
+        _steps, topk, draft = self.engine.spec_shape
+        try:
+            model.check_memory(topk, draft)
+        except SpecOutOfMemory as exc:
+            return ("torch.OutOfMemoryError: CUDA out of memory while capturing the draft and verify CUDA graphs "
+                    f"(simulated: {exc})")
         return None
 
     def kimi_crash(self) -> str | None:

@@ -48,18 +48,20 @@ class AcceptSampler:
     with probability p, at most max_k) whose mean is `mean`, then clamps k so that the
     request's total after s steps stays within 1 token of s * mean.  The clamp is what makes
     a single request's rate match the configured truth within a fraction of a per cent
-    instead of the few per cent a free random walk would wander.
+    instead of the few per cent a free random walk would wander.  `p` is one probability for
+    every position, or one per draft position (the speculative model's q_i, specmodel.py).
     """
 
     BOUND = 1.0
 
-    def __init__(self, mean: float, max_k: int, p: float, rng: random.Random) -> None:
-        self.mean, self.max_k, self.p, self.rng = mean, max_k, p, rng
+    def __init__(self, mean: float, max_k: int, p: float | list[float], rng: random.Random) -> None:
+        self.mean, self.max_k, self.rng = mean, max_k, rng
+        self.p = list(p) if isinstance(p, list) else [p] * (max_k - 1)
         self.error = 0.0
 
     def next(self) -> int:
         k = 1
-        while k < self.max_k and self.rng.random() < self.p:
+        while k < self.max_k and self.rng.random() < self.p[k - 1]:
             k += 1
         low = max(1, math.ceil(self.mean - self.BOUND - self.error - 1e-9))
         high = min(self.max_k, math.floor(self.mean + self.BOUND - self.error + 1e-9))
@@ -135,7 +137,20 @@ class Engine:
         self.settings = settings
         self.spec = server_args.get("speculative_algorithm") is not None
         self.max_k = int(server_args.get("speculative_num_draft_tokens") or 1)
-        self.accept_p = chain_acceptance(settings.accept_length, self.max_k) if self.spec else 0.0
+        self.accept_length = settings.accept_length
+        self.accept_p: float | list[float] = 0.0
+        # The speculative model (SGLANG_SIM_ACCEPT_FIRST): acceptance per position and the cost
+        # of drafting and verifying; without it, a fixed accept length at no cost.
+        self.spec_model = settings.spec_model() if self.spec else None
+        self.spec_shape = (int(server_args.get("speculative_num_steps") or 1),
+                           int(server_args.get("speculative_eagle_topk") or 1), self.max_k)
+        if self.spec_model is not None:
+            steps, topk, draft = self.spec_shape
+            self.accept_p = self.spec_model.position_acceptance(steps, topk, draft)
+            self.accept_length = self.spec_model.accept_length(steps, topk, draft)
+            self.max_k = len(self.accept_p) + 1
+        elif self.spec:
+            self.accept_p = chain_acceptance(settings.accept_length, self.max_k)
         self.max_running: int | None = server_args.get("max_running_requests")
         self.log_interval = int(server_args.get("decode_log_interval") or 40)
         self.base_step = settings.slowdown_factor / settings.decode_tok_s
@@ -155,12 +170,15 @@ class Engine:
         self.last_gen_throughput = 0.0
 
     def step_seconds(self, batch: int) -> float:
+        if self.spec_model is not None:
+            steps, _topk, draft = self.spec_shape
+            return self.base_step * self.spec_model.step_factor(steps, draft, batch, self.settings.batch_slowdown)
         return self.base_step * (1.0 + self.settings.batch_slowdown * (batch - 1))
 
     def new_sampler(self, number: int) -> AcceptSampler | None:
         if not self.spec:
             return None
-        return AcceptSampler(self.settings.accept_length, self.max_k, self.accept_p,
+        return AcceptSampler(self.accept_length, self.max_k, self.accept_p,
                              random.Random(f"{self.settings.seed}:{number}"))
 
     def avg_spec_accept_length(self) -> float | None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .specmodel import SpecModel
+
 BANNER = "SGLang SIMULATOR (test double: not SGLang, no GPU, no model; roles/sglang_server/files/sglang_sim)"
 READY_TEXT = "The server is fired up and ready to roll!"
 
@@ -34,6 +36,12 @@ class SimSettings:
     batch_slowdown: float = 0.01
     slowdown_factor: float = 1.0
     seed: int = 0
+    # The speculative-decoding model (specmodel.py); accept_first None keeps the fixed accept length.
+    accept_first: float | None = None
+    accept_decay: float = 0.85
+    draft_step_cost: float = 0.08
+    verify_token_cost: float = 0.03
+    spec_memory_limit: float = 0.0
     sglang_dir: Path | None = None
     faults: tuple[tuple[str, int | None], ...] = ()
 
@@ -70,7 +78,20 @@ class SimSettings:
         seed = env.get("SGLANG_SIM_SEED", "0") or "0"
         if not re.fullmatch(r"-?\d+", seed):
             raise SimConfigError(f"SGLANG_SIM_SEED={seed!r} is not an integer")
+        accept_first = None
+        if env.get("SGLANG_SIM_ACCEPT_FIRST"):
+            accept_first = number("SGLANG_SIM_ACCEPT_FIRST", 0.0, 0.0, strict=True)
+            if accept_first >= 1.0:
+                raise SimConfigError(f"SGLANG_SIM_ACCEPT_FIRST={accept_first!r} must be below 1 (a probability)")
+        accept_decay = number("SGLANG_SIM_ACCEPT_DECAY", cls.accept_decay, 0.0, strict=True)
+        if accept_decay > 1.0:
+            raise SimConfigError(f"SGLANG_SIM_ACCEPT_DECAY={accept_decay!r} must be <= 1")
         return cls(
+            accept_first=accept_first,
+            accept_decay=accept_decay,
+            draft_step_cost=number("SGLANG_SIM_DRAFT_STEP_COST", cls.draft_step_cost, 0.0),
+            verify_token_cost=number("SGLANG_SIM_VERIFY_TOKEN_COST", cls.verify_token_cost, 0.0),
+            spec_memory_limit=number("SGLANG_SIM_SPEC_MEMORY_LIMIT", cls.spec_memory_limit, 0.0),
             load_seconds=number("SGLANG_SIM_LOAD_SECONDS", cls.load_seconds, 0.0),
             decode_tok_s=number("SGLANG_SIM_DECODE_TOK_S", cls.decode_tok_s, 0.0, strict=True),
             accept_length=number("SGLANG_SIM_ACCEPT_LENGTH", cls.accept_length, 1.0),
@@ -81,6 +102,13 @@ class SimSettings:
             sglang_dir=Path(sglang_dir) if sglang_dir else None,
             faults=tuple(faults),
         )
+
+    def spec_model(self) -> SpecModel | None:
+        """The speculative-decoding model, when SGLANG_SIM_ACCEPT_FIRST turns it on."""
+        if self.accept_first is None:
+            return None
+        return SpecModel(self.accept_first, self.accept_decay, self.draft_step_cost, self.verify_token_cost,
+                         self.spec_memory_limit)
 
     def fault(self, name: str) -> int | bool:
         """The fault's count (or True for plain faults); False when not configured."""
@@ -98,6 +126,11 @@ class SimSettings:
             "batch_slowdown": self.batch_slowdown,
             "slowdown_factor": self.slowdown_factor,
             "seed": self.seed,
+            "accept_first": self.accept_first,
+            "accept_decay": self.accept_decay,
+            "draft_step_cost": self.draft_step_cost,
+            "verify_token_cost": self.verify_token_cost,
+            "spec_memory_limit": self.spec_memory_limit,
             "sglang_dir": str(self.sglang_dir) if self.sglang_dir else None,
             "faults": [f"{n}:{c}" if c is not None else n for n, c in self.faults],
         }
