@@ -17,6 +17,7 @@ from pathlib import Path
 
 from boot import reboot, starts_at_boot
 from repo import ROOT
+from waiting import record_figures
 
 NAME = "molecule-site"
 testinfra_hosts = [f"podman://{NAME}"]
@@ -26,10 +27,7 @@ NEW_BRANCH = ["-e", "nvidia_cuda_driver_branch=590", "-e", "nvidia_cuda_driver_v
 
 
 def record(**figures):
-    data = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
-    data.update(figures)
-    FIGURES.write_text(json.dumps(data, indent=2) + "\n")
-    print("figures:", json.dumps(figures))
+    record_figures(FIGURES, **figures)
 
 
 def playbook(path, *extra, timeout=900):

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import testinfra
 
+from waiting import wait_for
+
 G1, G2 = "sglang-model-gpu1", "sglang-model-gpu2"
 testinfra_hosts = [f"podman://{G1}", f"podman://{G2}"]
 ROOT = Path(__file__).resolve().parents[3]
@@ -57,16 +59,6 @@ def converge(*extra, background=False):
 def progress(name="target"):
     out = gpu1.run(f"cat /run/sglang-model/{name}.progress.json")
     return json.loads(out.stdout) if out.rc == 0 and out.stdout.strip() else {}
-
-
-def wait_for(predicate, timeout=120, step=0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("condition not met in time")
 
 
 # --------------------------------------------------------------------------- after the converge

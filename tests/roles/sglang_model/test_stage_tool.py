@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import synthetic_model
+import waiting
 from model_kit import FIGURES, FILTERS, HUB_VERSION, plan_for, size_of, tool_cli
 
 
@@ -25,14 +26,8 @@ def revision(hub_root, repo="test-org/tiny", rev="main"):
     return synthetic_model.load_revision(hub_root, repo, rev)
 
 
-def wait_for(predicate, timeout=30, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("condition not met in time")
+def wait_for(predicate):
+    return waiting.wait_for(predicate, timeout=30, step=0.05)
 
 
 def read_progress(spec) -> dict:

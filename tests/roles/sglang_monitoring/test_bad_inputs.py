@@ -1,0 +1,81 @@
+"""Bad monitoring settings fail in playbooks/monitoring.yml's validate-first play, naming the variable.
+
+The inventory is this machine over a local connection, in gpu_hosts, sglang_routers and monitoring at
+once, with the demo inventory's settings; the playbook runs in check mode (nothing could change even if
+validation let a bad value through), and each failure must come from the validate-first play, before
+any play of the monitoring itself. tests/molecule/multihost proves the good settings on real hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from repo import ROOT
+
+PLAYBOOK = ROOT / "playbooks" / "monitoring.yml"
+GOOD_HASH = "$2b$12$hNf2lSsxfm0.i4a.1kVpSOVyBCfIB51VRjgBUyv6kdnyTlgWj81Ay"
+
+CASES = [
+    ("unknown server group", {"sglang_monitoring_server_group": "gpu_hostz"}, "sglang_monitoring_server_group=gpu_hostz"),
+    ("unknown router group", {"sglang_monitoring_router_group": "routerz"}, "sglang_monitoring_router_group=routerz"),
+    ("prometheus on the server's port", {"sglang_monitoring_prometheus_port": 30000}, "sglang_monitoring_prometheus_port 30000"),
+    ("node exporter on the router's port", {"sglang_monitoring_node_exporter_port": 30080},
+     "sglang_monitoring_node_exporter_port 30080"),
+    ("prometheus on the router's metrics port", {"sglang_monitoring_prometheus_port": 29000},
+     "sglang_monitoring_prometheus_port 29000"),
+    ("threshold of the wrong type", {"sglang_monitoring_kv_usage_ratio": "ninety"}, "sglang_monitoring_kv_usage_ratio"),
+    ("threshold out of range", {"sglang_monitoring_kv_usage_ratio": 90}, "sglang_monitoring_kv_usage_ratio"),
+    ("duration without a unit", {"sglang_monitoring_down_for": "60"}, "sglang_monitoring_down_for"),
+    ("basic auth without a password hash", {"sglang_monitoring_basic_auth_users": {"prom": ""},
+                                            "sglang_monitoring_scrape_user": "prom",
+                                            "sglang_monitoring_scrape_password": "x"}, "these have none: prom"),
+    ("basic auth with a plain password", {"sglang_monitoring_basic_auth_users": {"prom": "secret-password"},
+                                          "sglang_monitoring_scrape_user": "prom",
+                                          "sglang_monitoring_scrape_password": "secret-password"}, "these have none: prom"),
+    ("basic auth without a scrape password", {"sglang_monitoring_basic_auth_users": {"prom": GOOD_HASH},
+                                              "sglang_monitoring_scrape_user": "prom"}, "sglang_monitoring_scrape_password"),
+    ("TLS certificate without its key", {"sglang_monitoring_tls_cert_file": "/etc/ssl/prom.crt"},
+     "sglang_monitoring_tls_key_file"),
+    ("a baseline without tok/s", {"sglang_monitoring_bench_baseline": {"eagle3": {"accept_length": 2.4}}},
+     "sglang_monitoring_bench_baseline"),
+]
+
+
+def run(tmp_path, extra: dict) -> subprocess.CompletedProcess:
+    inv = tmp_path / "inventory"
+    inv.mkdir()
+    (inv / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
+    host = {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
+        "gpu_hosts": {"hosts": host}, "monitoring": {"hosts": {"localhost": {}}},
+        "sglang_routers": {"hosts": {"localhost": {"sglang_router_host": "127.0.0.1"}}}}}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_NOCOLOR="1")
+    return subprocess.run(["ansible-playbook", "-i", str(inv), str(PLAYBOOK), "--check",
+                           "-e", json.dumps({"sglang_server_preflight_checks": False, **extra}),
+                           "--skip-tags", "monitoring"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_good_settings_pass_validation(tmp_path) -> None:
+    proc = run(tmp_path, {})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "TASK [sglang_monitoring : Check that every target is known and reachable from Prometheus]" in out
+
+
+@pytest.mark.parametrize("extra,expect", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_bad_value_fails_in_validation_naming_it(tmp_path, extra, expect) -> None:
+    proc = run(tmp_path, extra)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert expect in out, out[-3000:]
+    failed = out[:out.index("fatal:")] if "fatal:" in out else out
+    assert "PLAY [Check the monitoring settings before any host changes]" in failed, out[-3000:]
+    assert "PLAY [Prometheus and the alert rules]" not in out
+    assert "PLAY [Node exporter and the benchmark's metrics on every GPU host]" not in out
