@@ -7,6 +7,7 @@ written to $MOLECULE_EPHEMERAL_DIRECTORY/multihost-figures.json.
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 import testinfra
 
 from boot import reboot, starts_at_boot
+from waiting import address, record_figures
 
 ROUTER = "multihost-router"
 GPUS = ["multihost-gpu1", "multihost-gpu2"]
@@ -30,16 +32,7 @@ FIGURES = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "multih
 
 
 def record(**figures):
-    data = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
-    data.update(figures)
-    FIGURES.write_text(json.dumps(data, indent=2) + "\n")
-    print("figures:", json.dumps(figures))
-
-
-def address(container):
-    out = subprocess.run(["podman", "inspect", container], capture_output=True, text=True, check=True).stdout
-    networks = json.loads(out)[0]["NetworkSettings"]["Networks"]
-    return next(iter(networks.values()))["IPAddress"]
+    record_figures(FIGURES, **figures)
 
 
 def call(url, body=None, key=KEY, timeout=60, method=None):
@@ -220,6 +213,45 @@ def test_bad_settings_fail_before_any_host_leaves_the_router(host):
     assert "Take this host out of every router" not in out
     assert len([w for w in workers() if w["is_healthy"]]) == len(GPUS)
     print(f"bad setting refused before the rollout in {wall:.1f} s")
+
+
+# The simulator's speculative model (specmodel.py) and a two-candidate search: the start 3/1/4, then topk 4.
+TUNE_EXTRA = {
+    "sglang_server_simulator_env": {"SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DECODE_TOK_S": "40",
+                                    "SGLANG_SIM_ACCEPT_FIRST": "0.8", "SGLANG_SIM_ACCEPT_DECAY": "0.9",
+                                    "SGLANG_SIM_DRAFT_STEP_COST": "0.06", "SGLANG_SIM_VERIFY_TOKEN_COST": "0.02"},
+    "sglang_bench_tune_num_steps": [3], "sglang_bench_tune_eagle_topk": [1, 4], "sglang_bench_tune_num_draft_tokens": [16],
+    "sglang_bench_tune_runs": 2, "sglang_bench_tune_budget_minutes": 2, "sglang_bench_tune_restart_minutes": 0.5,
+    "sglang_bench_tune_measure_minutes": 0.25,
+}
+
+
+def test_tuning_one_host_under_traffic_fails_no_request(host):
+    """playbooks/tune.yml on one host behind the router: it leaves, is tuned (two restarts), serves the
+    winner and rejoins; the other host serves every request meanwhile."""
+    wait_all_healthy()
+    results = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "bench-results"
+    with Traffic(router_url()) as traffic:
+        time.sleep(2)
+        # --limit to the one GPU host: its leave and join delegate to the router (the router's own
+        # validation needs every GPU host in the play, see README.md).
+        proc, wall = playbook("tune.yml", "--limit", GPUS[0], "-e", json.dumps(TUNE_EXTRA),
+                              "-e", f"sglang_bench_results_dir={results}")
+        time.sleep(2)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert KEY not in out
+    outcome = re.search(r'"msg": "((?:Winner|Nothing beat)[^"]*)"', out)
+    assert outcome, out[-5000:]
+    assert outcome.group(1).startswith("Winner: tune-s3-k4-n16"), outcome.group(1)
+    info = json.loads(call(f"http://{address(GPUS[0])}:{SERVER_PORT}/get_server_info")[1])
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (3, 4, 16)
+    wait_all_healthy()
+    record(tune_wall_s=round(wall, 1), tune_requests_sent=traffic.sent, tune_requests_failed=traffic.failed,
+           tune_fewest_workers_in_router=traffic.min_workers)
+    assert traffic.failed == 0, traffic.errors[:10]
+    assert traffic.ok >= 10, f"too little traffic to mean anything: {traffic.ok}"
+    assert traffic.min_workers == 1, "the tuned host never left the router"
 
 
 def test_a_failing_host_stops_the_rollout_and_the_rest_keeps_serving(host):

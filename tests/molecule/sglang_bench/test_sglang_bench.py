@@ -2,8 +2,15 @@
 
 import json
 import os
+import re
+import signal
 import subprocess
+import time
 from pathlib import Path
+
+import yaml
+
+from repo import load
 
 NAME = "molecule-sglang-bench"
 testinfra_hosts = [f"podman://{NAME}"]
@@ -88,3 +95,89 @@ def test_sweep_mode_measures_throughput_per_concurrency():
     assert set(by_level) == {1, 4}
     assert by_level[4]["ok_runs"] == 8 and by_level[1]["ok_runs"] == 2
     assert by_level[4]["aggregate_tok_s"] > 3 * by_level[1]["aggregate_tok_s"]  # four streams in flight
+
+
+# ------------------------------------------------------------------ tune mode (playbooks/tune.yml)
+
+VARS = ROOT / "molecule" / "sglang_bench" / "vars"
+
+
+def tune(*extra, **popen):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / "playbooks" / "tune.yml"),
+            "-e", f"@{VARS / 'server.yml'}", "-e", f"@{VARS / 'tune.yml'}", *extra]
+    if popen:
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                **popen)
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def served_settings(host):
+    """(steps, topk, draft tokens) of the running server, from its /get_server_info."""
+    script = ("import json,urllib.request as u;r=u.Request('http://127.0.0.1:30000/get_server_info',"
+              f"headers={{'Authorization':'Bearer {KEY}'}});d=json.load(u.urlopen(r,timeout=10));"
+              "print(json.dumps([d['speculative_num_steps'],d['speculative_eagle_topk'],d['speculative_num_draft_tokens']]))")
+    return tuple(json.loads(host.check_output(f"python3 -c \"{script}\"")))
+
+
+def tune_dirs():
+    return sorted(RESULTS.glob("tune-*"))
+
+
+def test_tune_killed_mid_run_then_converge_serves_the_original_settings(host):
+    """Kill the play once a candidate other than the start is serving; the inventory never changed, so
+    the next converge (the scenario's site) serves the configured 3/1/4 again."""
+    before = set(tune_dirs())
+    proc = tune(start_new_session=True)
+    deadline = time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline:
+            new = [d for d in tune_dirs() if d not in before]
+            state = new and new[0] / "state.json"
+            if state and state.exists() and len(json.loads(state.read_text())["results"]) >= 2:
+                break
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            time.sleep(1)
+        else:
+            raise AssertionError("the tuning never measured a second candidate")
+        time.sleep(3)  # into the next candidate's restart
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    again = converge("-e", "sglang_bench_gate=false")
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert served_settings(host) == (3, 1, 4)
+
+
+def test_tune_finds_the_models_optimum_skips_what_cannot_start_and_the_bench_gate_passes(host):
+    # The search starts from what the server runs: the configured 3/1/4 (the test above converged back to it).
+    assert served_settings(host) == (3, 1, 4)
+    proc = tune()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "estimated at most" in out and KEY not in out
+    run = tune_dirs()[-1]
+    # The model's optimum over the same grid, from its formulas.
+    specmodel = load("roles/sglang_server/files/sglang_sim/specmodel.py")
+    model = specmodel.SpecModel(0.8, 0.9, 0.06, 0.02, 64)
+    points = [(s, 1, s + 1) for s in (3, 5)] + [(s, 4, n) for s in (3, 5) for n in (16, 32)]
+    optimum = max((p for p in points if specmodel.expected_tok_s(model, 40, 1.0, 0.01, *p)),
+                  key=lambda p: specmodel.expected_tok_s(model, 40, 1.0, 0.01, *p))
+    report = (run / "report.md").read_text()
+    assert f"Winner: tune-s{optimum[0]}-k{optimum[1]}-n{optimum[2]}" in report, report
+    # skipped and reported
+    assert "| tune-s3-k4-n32 | 3 | 4 | 32 | failed |" in report, report
+    assert re.search(r"^- tune-s3-k4-n32: .*CUDA out of memory", report, re.M), report
+    assert (run / "tune.png").read_bytes()[:4] == b"\x89PNG"
+    assert yaml.safe_load((run / "winner.yml").read_text())["sglang_server_speculative_eagle_topk"] == optimum[1]
+    state = json.loads((run / "state.json").read_text())
+    assert len([r for r in state["results"] if r["point"]]) <= 5  # the budget
+    assert served_settings(host) == optimum
+    # the benchmark rerun afterwards: faster than the history, so the gate passes
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    bench = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+                            str(ROOT / "playbooks" / "bench.yml"), "-e", f"@{VARS / 'server.yml'}"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert bench.returncode == 0, (bench.stdout + bench.stderr)[-3000:]
+    assert "(faster)" in bench.stdout, bench.stdout[-3000:]
