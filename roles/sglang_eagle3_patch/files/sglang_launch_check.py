@@ -261,20 +261,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--facts", default=str(DEFAULT_FACTS), help="facts file (default: beside this script)")
     parser.add_argument("--json", action="store_true", help="print a JSON report")
     options = parser.parse_args(argv)
-    try:
+
+    def report() -> dict:
         if options.gpu_count < 1:
             raise InputError("--gpu-count must be at least 1")
         facts = load_json(options.facts, "facts")
         args = load_json(options.args_json, "server settings")
-        report = check(facts, options.sglang_version, options.arch, options.gpu_count, args)
-    except InputError as exc:
-        if options.json:
-            print(json.dumps({"ok": False, "error": str(exc)}, indent=2))
-        else:
-            print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(report, indent=2) if options.json else render_text(report))
-    return 0 if report["ok"] else 1
+        return check(facts, options.sglang_version, options.arch, options.gpu_count, args)
+
+    # The exit codes and the error report of the role's other checker, installed beside this script.
+    from sglang_interface_check.cli import emit
+
+    return emit(report, render_text, InputError, options.json)
 
 
 if __name__ == "__main__":

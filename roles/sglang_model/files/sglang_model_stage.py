@@ -1177,24 +1177,30 @@ def sync_local(spec: dict, model_dir: Path, mode: str, workers: int, progress: P
 def local_problems(src: Path, plan: dict) -> str:
     if not src.is_dir():
         return f"the local source directory {src} does not exist (sglang_model_models[].local_dir)"
-    missing, wrong = [], []
+    sizes = {}
     for e in plan["files"]:
-        try:
-            size = os.stat(src / e["path"]).st_size
-        except OSError:
-            missing.append(e["path"])
-            continue
-        if size != e["size"]:
-            wrong.append(f"{e['path']} ({size} bytes, expected {e['size']})")
-    if missing or wrong:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-        if wrong:
-            parts.append(f"{len(wrong)} of another size: {', '.join(wrong[:5])}")
+        with contextlib.suppress(OSError):
+            sizes[e["path"]] = os.stat(src / e["path"]).st_size
+    problems = size_problems(plan["files"], sizes)
+    if problems:
         return (f"the local source directory {src} lacks files of revision {plan['revision']} "
-                f"(sglang_model_models[].local_dir): {'; '.join(parts)}")
+                f"(sglang_model_models[].local_dir): {problems}")
     return ""
+
+
+def size_problems(expected: list[dict], sizes: dict[str, int]) -> str:
+    """What a directory lacks against the plan's files ({path, size}), from the sizes found in it (a path
+    absent from `sizes` is missing): "N missing: a, b; M of another size: c (1 bytes, expected 2)", or "".
+    The controller's check of a local source (filter_plugins/sglang_model.py) reads it from here too."""
+    missing = [e["path"] for e in expected if e["path"] not in sizes]
+    wrong = [f"{e['path']} ({sizes[e['path']]} bytes, expected {e['size']})" for e in expected
+             if e["path"] in sizes and sizes[e["path"]] != e["size"]]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    if wrong:
+        parts.append(f"{len(wrong)} of another size: {', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''}")
+    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- preflight

@@ -16,8 +16,26 @@ a message naming the variable.
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import math
 import re
+import sys
+from pathlib import Path
+
+_STAGE_TOOL = Path(__file__).resolve().parent.parent / "files" / "sglang_model_stage.py"
+
+
+def _stage_tool():
+    """The role's staging tool (files/sglang_model_stage.py) as a module: the controller's checks of a
+    local source share its wording and rules."""
+    module = sys.modules.get("sglang_model_stage_tool")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("sglang_model_stage_tool", _STAGE_TOOL)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sglang_model_stage_tool"] = module
+        spec.loader.exec_module(module)
+    return module
+
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -294,17 +312,9 @@ def sglang_model_host_state(pre, models, plans):
             if not local.get("exists"):
                 problem = f"{where} does not exist on this host"
             else:
-                files = local.get("files") or {}
-                missing = [f["path"] for f in plan["files"] if f["path"] not in files]
-                wrong = [f"{f['path']} ({files[f['path']]} bytes, expected {f['size']})" for f in plan["files"]
-                         if f["path"] in files and files[f["path"]] != f["size"]]
-                if missing or wrong:
-                    parts = []
-                    if missing:
-                        parts.append(f"{len(missing)} missing: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-                    if wrong:
-                        parts.append(f"{len(wrong)} of another size: {', '.join(wrong[:3])}")
-                    problem = f"{where} lacks files of {m['repo_id']}@{sha}: {'; '.join(parts)}"
+                problems = _stage_tool().size_problems(plan["files"], local.get("files") or {})
+                if problems:
+                    problem = f"{where} lacks files of {m['repo_id']}@{sha}: {problems}"
         out[m["name"]] = {"have": have, "revision": sha, "staged_bytes": staged, "need_bytes": need,
                           "local_problem": problem}
     return out

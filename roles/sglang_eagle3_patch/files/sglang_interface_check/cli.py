@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from . import __doc__ as PACKAGE_DOC
 from .analysis import check
@@ -46,13 +46,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--class", dest="only_class", help="check only this EntryClass class")
     parser.add_argument("--json", action="store_true", help="print a JSON report")
     args = parser.parse_args(argv)
+    return emit(lambda: check(args.sglang_dir, args.model, args.algorithm, args.only_class), render_text,
+                CheckError, args.json)
+
+
+def emit(make_report: Callable[[], dict], render: Callable[[dict], str], errors: type[Exception] | tuple,
+         as_json: bool) -> int:
+    """Print a checker's report and return its exit code, the same for both checkers of this role
+    (this package and sglang_launch_check.py): 0 when the report is ok, 1 when it fails, 2 when the
+    check cannot run (one of ``errors``: then {"ok": false, "error": ...} in JSON, or a line on stderr)."""
     try:
-        report = check(args.sglang_dir, args.model, args.algorithm, args.only_class)
-    except CheckError as exc:
-        if args.json:
+        report = make_report()
+    except errors as exc:
+        if as_json:
             print(json.dumps({"ok": False, "error": str(exc)}, indent=2))
         else:
             print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=2) if args.json else render_text(report))
+    print(json.dumps(report, indent=2) if as_json else render(report))
     return 0 if report["ok"] else 1
