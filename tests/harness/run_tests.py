@@ -90,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         side_by_side.append(Job("lint", ["bash", "-c", "yamllint -s . && ansible-lint"]))
     # Longest first (seconds measured two at a time on this machine kind, 2026-12-01), so that the
     # last jobs to start are short and both lanes end together; a job not listed goes first.
-    expected = {"pytest": 2217, "molecule-multihost": 1244, "molecule-default": 1113, "molecule-sglang_bench": 507,
-                "molecule-sglang_server": 438, "molecule-sglang_model": 402, "molecule-sglang_build": 351,
-                "molecule-sglang_eagle3_patch": 214, "molecule-gpu_preflight": 159, "molecule-nvidia_cuda": 144,
-                "molecule-nvidia_cuda_preinstalled": 110, "lint": 90}
+    expected = {"pytest": 2073, "molecule-multihost": 1568, "molecule-sglang_bench": 874, "molecule-default": 790,
+                "molecule-sglang_build": 353, "molecule-sglang_model": 332, "molecule-sglang_server": 288,
+                "molecule-sglang_eagle3_patch": 138, "molecule-nvidia_cuda": 131, "molecule-gpu_preflight": 124,
+                "lint": 83, "molecule-nvidia_cuda_preinstalled": 75}
     side_by_side.sort(key=lambda j: -expected.get(j.name, 10**6))
     run_all(side_by_side, args.jobs, logs)
     alone = [Job("pytest-timing", [sys.executable, "-m", "pytest", "-q", "-m", "timing", "tests"])]
