@@ -103,3 +103,17 @@ def test_package_entry_installs_only_what_differs_and_removes_what_is_gone(tmp_p
     assert (dest / "m2.py").read_text() == "VALUE = 2\n" and oct((dest / "m3.py").stat().st_mode & 0o777) == "0o644"
     assert not (dest / "old.py").exists()
     assert run(tmp_path, files, dest)[0] == 0
+
+
+def test_an_empty_file_list_fails_before_anything_changes(tmp_path):
+    dest = tmp_path / "host" / "pkg"
+    dest.mkdir(parents=True)
+    (dest / "keep.py").write_text("installed earlier\n")
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(files=[], dest=dest))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
+    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(play)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "sglang_common_package_files is empty" in proc.stdout + proc.stderr
+    assert (dest / "keep.py").read_text() == "installed earlier\n"
