@@ -12,66 +12,17 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
 import yaml
 
 from repo import ROLES, ROOT
+from roles_alone import INCLUDES, copy_closure, included_name, role_names, tasks_of
 
-ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "meta" / "main.yml").is_file())
+ROLE_NAMES = role_names()
 FILE_MODULES = {"ansible.builtin.copy": "files", "ansible.builtin.script": "files", "ansible.builtin.unarchive": "files",
                 "ansible.builtin.template": "templates"}
-INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role")
-
-
-def tasks_of(role: str):
-    """(file, task) for every task of the role, blocks flattened."""
-    def walk(items, path):
-        for task in items or []:
-            if not isinstance(task, dict):
-                continue
-            yield path, task
-            for key in ("block", "rescue", "always"):
-                yield from walk(task.get(key), path)
-    for path in sorted((ROLES / role / "tasks").glob("*.yml")):
-        yield from walk(yaml.safe_load(path.read_text()), path)
-
-
-def defaults_of(role: str) -> dict:
-    path = ROLES / role / "defaults" / "main.yml"
-    return yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
-
-
-def included_roles(role: str) -> set[str]:
-    names = set()
-    for _path, task in tasks_of(role):
-        for module in INCLUDES:
-            if module in task:
-                name = task[module]["name"]
-                match = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", name)
-                names.add(defaults_of(role)[match.group(1)] if match else name)
-    return names
-
-
-def meta_dependencies(role: str) -> set[str]:
-    meta = yaml.safe_load((ROLES / role / "meta" / "main.yml").read_text())
-    return {d["role"] if isinstance(d, dict) else d for d in meta.get("dependencies") or []}
-
-
-def declared(role: str) -> set[str]:
-    return meta_dependencies(role) | included_roles(role)
-
-
-def closure(role: str) -> set[str]:
-    seen, todo = set(), [role]
-    while todo:
-        r = todo.pop()
-        if r not in seen:
-            seen.add(r)
-            todo.extend(declared(r))
-    return seen
 
 
 def test_no_symlinks_and_no_reach_outside_a_role():
@@ -116,9 +67,7 @@ def test_included_roles_are_roles_with_a_documented_entry_point(role):
             if module not in task:
                 continue
             args = task[module]
-            name = args["name"]
-            match = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", name)
-            name = defaults_of(role)[match.group(1)] if match else name
+            name = included_name(role, args["name"])
             entry = args.get("tasks_from", "main")
             specs = yaml.safe_load((ROLES / name / "meta" / "argument_specs.yml").read_text())["argument_specs"]
             assert entry in specs, f"{role} ({path.name}) includes {name} tasks_from {entry}: no argument spec for it"
@@ -170,8 +119,7 @@ def test_a_role_copied_with_only_what_it_declares_runs_its_validation(role, tmp_
     entry point (or main, for a role without one) runs in check mode: every file and role it needs
     is there."""
     roles = tmp_path / "roles"
-    for name in closure(role):
-        shutil.copytree(ROLES / name, roles / name)
+    copy_closure(role, roles)
     specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     # sglang_common runs nothing by itself: its tools entry point is what other roles call.
     entry = "validate" if "validate" in specs else "tools" if role == "sglang_common" else "main"

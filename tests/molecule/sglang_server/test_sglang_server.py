@@ -1,13 +1,12 @@
 """Verifier of molecule/sglang_server: the service as users get it, checked from outside."""
 
-import json
 import os
 import re
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
+from roles_alone import closure
 
 NAME = "molecule-sglang-server"
 testinfra_hosts = [f"podman://{NAME}"]
@@ -101,8 +100,23 @@ def switch_current(host, release):
                          "mv -T /opt/sglang/current.new /opt/sglang/current")
 
 
+def roles_path() -> str:
+    path = os.environ.get("ANSIBLE_ROLES_PATH", "")
+    assert Path(path).name == "sglang_server", f"not the roles path molecule.yml sets: {path!r}"
+    return path
+
+
+def test_the_scenario_runs_with_only_the_roles_sglang_server_declares():
+    """Converge and idempotence passed, and the verifier's converges below run, with a roles path
+    that holds sglang_server and the roles it declares (transitively), and no other role."""
+    held = sorted(p.name for p in Path(roles_path()).iterdir())
+    assert held == sorted(closure("sglang_server")), held
+    assert {"sglang_bench", "sglang_router", "sglang_monitoring", "gpu_preflight"}.isdisjoint(held), held
+
+
 def converge(*extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+    # The roles path molecule.yml gives the scenario: the role alone with what it declares.
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=roles_path(),
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     started = time.monotonic()
     proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
