@@ -4,8 +4,8 @@ Read statically from the roles' task files: every `src:` of copy/template/script
 every file or template lookup names a file of the role itself; every role a task includes is
 declared (meta/main.yml dependencies, or an include_role/import_role by name, whose entry point has
 an argument spec: its documented inputs); nothing reaches outside with role_path ~ '/..' and no
-role holds a symlink. Then each role is copied alone with the roles it declares, transitively,
-into an empty roles path, and ansible-playbook --syntax-check loads it with its dependencies.
+role holds a symlink. Then each role is copied alone with the roles it declares, transitively
+(tests/harness/roles_alone.py), into an empty roles path, and runs against a test host in check mode.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import yaml
 
 from repo import ROLES, ROOT
 from roles_alone import INCLUDES, copy_closure, included_name, role_names, tasks_of
+from testhost import SNAPSHOT
 
 ROLE_NAMES = role_names()
 FILE_MODULES = {"ansible.builtin.copy": "files", "ansible.builtin.script": "files", "ansible.builtin.unarchive": "files",
@@ -81,66 +82,43 @@ VALIDATE_PLAY = """
         name: {role}
         tasks_from: {entry}
 """
-# What a role's validation reads from outside the role: the demo inventory's settings, and for the
-# router the endpoint the GPU hosts' servers publish (a fact, not a file).
+# What a role's validation reads from outside the role: the demo inventory's settings (its Hub is
+# the TEST DOUBLE the test host serves on its loopback), and for the router the endpoint the GPU
+# hosts' servers publish (a fact, not a file).
 ENDPOINT = {"host": "localhost", "serves_http": True, "url": "http://127.0.0.1:30000", "port": 30000,
             "api_key_sha256": "", "local_url": "http://127.0.0.1:30000", "writable_paths": ["/var/lib/sglang"]}
 
 
-@pytest.fixture(scope="module")
-def hub():
-    """The Hub TEST DOUBLE on this machine's loopback (sglang_model's validation asks the Hub)."""
-    import sys
-    import time
-    import urllib.request
-
-    import synthetic_model
-    from simtruth import free_port
-
-    fixtures = os.environ.get("MODEL_FIXTURES_DIR") or str(synthetic_model.molecule_fixtures())
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "harness" / "hub_double.py"), "--root",
-                             f"{fixtures}/hub", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "/_double/stats", timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait()
-
-
 @pytest.mark.parametrize("role", ROLE_NAMES)
-def test_a_role_copied_with_only_what_it_declares_runs_its_validation(role, tmp_path, hub):
+def test_a_role_copied_with_only_what_it_declares_runs_against_a_test_host(role, tmp_path, testhost):
     """Copied into an empty roles path with its declared roles (transitively), the role's validate
-    entry point (or main, for a role without one) runs in check mode: every file and role it needs
-    is there."""
+    entry point (or main, for a role without one) runs in check mode against a test host (one
+    container for the module): every file and role it needs is there, and the host is unchanged.
+    molecule sglang_server converges and verifies a role this way for real."""
     roles = tmp_path / "roles"
     copy_closure(role, roles)
     specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     # sglang_common runs nothing by itself: its tools entry point is what other roles call.
     entry = "validate" if "validate" in specs else "tools" if role == "sglang_common" else "main"
     (tmp_path / "play.yml").write_text(VALIDATE_PLAY.format(role=role, entry=entry)
-                                       + f"      vars: {{sglang_common_tools_dir: {tmp_path / 'tools'}}}\n")
+                                       + "      vars: {sglang_common_tools_dir: /opt/roles-alone-tools}\n")
     inventory = tmp_path / "inventory"
     inventory.mkdir()
     (inventory / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
+    host = {"ansible_connection": "sglang_testhost", "ansible_python_interpreter": "/usr/bin/python3",
+            "sglang_server_endpoint": ENDPOINT}
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
-        "gpu_hosts": {"hosts": {"localhost": {"ansible_connection": "local",
-                                              "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                                              "sglang_server_endpoint": ENDPOINT,
-                                              "sglang_model_hub_endpoint": hub,
-                                              "sglang_model_root": str(tmp_path / "models")}}},
-        "sglang_routers": {"hosts": {"localhost": {"sglang_router_host": "127.0.0.1",
-                                                   "sglang_router_port": 30080}}}}}}))
+        "gpu_hosts": {"hosts": {testhost.name: host}},
+        "sglang_routers": {"hosts": {testhost.name: {"sglang_router_host": "127.0.0.1",
+                                                     "sglang_router_port": 30080}}}}}}))
     (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(roles), ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"),
+               ANSIBLE_CONNECTION_PLUGINS=str(ROOT / "tests" / "harness" / "connection_plugins"),
                ANSIBLE_NOCOLOR="1")
+    before = testhost.sh(SNAPSHOT).stdout
     proc = subprocess.run(["ansible-playbook", "-i", str(inventory), "--check", str(tmp_path / "play.yml")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "was not found" not in out and "Could not find or access" not in out
+    assert testhost.sh(SNAPSHOT).stdout == before, "check mode changed the host"
