@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .sglang_dir import read_release_slowdown, release_of
 from .specmodel import SpecModel
 
 BANNER = "SGLang SIMULATOR (test double: not SGLang, no GPU, no model; roles/sglang_server/files/sglang_sim)"
@@ -35,6 +36,8 @@ class SimSettings:
     ttft_ms: float = 150.0
     batch_slowdown: float = 0.01
     slowdown_factor: float = 1.0
+    # The release's own factor (<release>/sim-slowdown-factor), already multiplied into slowdown_factor.
+    release_slowdown_factor: float | None = None
     seed: int = 0
     # The speculative-decoding model (specmodel.py); accept_first None keeps the fixed accept length.
     accept_first: float | None = None
@@ -75,6 +78,12 @@ class SimSettings:
         sglang_dir = env.get("SGLANG_SIM_SGLANG_DIR") or None
         if sglang_dir is not None and not (Path(sglang_dir) / "srt").is_dir():
             raise SimConfigError(f"SGLANG_SIM_SGLANG_DIR={sglang_dir!r} holds no srt/ directory")
+        # TEST ONLY: a release made slower (or faster) by a file a test writes into it; it multiplies
+        # SGLANG_SIM_SLOWDOWN_FACTOR, so one release can be slower than another on the same host.
+        try:
+            release_factor = read_release_slowdown(release_of(Path(sglang_dir))) if sglang_dir else None
+        except ValueError as exc:
+            raise SimConfigError(str(exc)) from None
         seed = env.get("SGLANG_SIM_SEED", "0") or "0"
         if not re.fullmatch(r"-?\d+", seed):
             raise SimConfigError(f"SGLANG_SIM_SEED={seed!r} is not an integer")
@@ -97,7 +106,9 @@ class SimSettings:
             accept_length=number("SGLANG_SIM_ACCEPT_LENGTH", cls.accept_length, 1.0),
             ttft_ms=number("SGLANG_SIM_TTFT_MS", cls.ttft_ms, 0.0),
             batch_slowdown=number("SGLANG_SIM_BATCH_SLOWDOWN", cls.batch_slowdown, 0.0),
-            slowdown_factor=number("SGLANG_SIM_SLOWDOWN_FACTOR", cls.slowdown_factor, 0.0, strict=True),
+            slowdown_factor=number("SGLANG_SIM_SLOWDOWN_FACTOR", cls.slowdown_factor, 0.0, strict=True)
+            * (release_factor or 1.0),
+            release_slowdown_factor=release_factor,
             seed=int(seed),
             sglang_dir=Path(sglang_dir) if sglang_dir else None,
             faults=tuple(faults),
@@ -125,6 +136,7 @@ class SimSettings:
             "ttft_ms": self.ttft_ms,
             "batch_slowdown": self.batch_slowdown,
             "slowdown_factor": self.slowdown_factor,
+            "release_slowdown_factor": self.release_slowdown_factor,
             "seed": self.seed,
             "accept_first": self.accept_first,
             "accept_decay": self.accept_decay,

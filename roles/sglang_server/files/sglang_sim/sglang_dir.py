@@ -2,14 +2,20 @@
 
 Its version (``_version.py``), and whether ``KimiK25ForConditionalGeneration`` defines the
 methods SGLang 0.5.9 calls on an EAGLE-3 target: if not, the simulator dies at start-up with
-SGLang's own traceback, as the real server does (``ast`` only; nothing is imported).
+SGLang's own traceback, as the real server does (``ast`` only; nothing is imported). And, from
+the release the package belongs to (the directory holding the venv the package is installed in),
+the release's own slowdown factor: ``<release>/sim-slowdown-factor``, a TEST ONLY file a test
+writes to make one release slower than another (no real release has it).
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import re
 from pathlib import Path
+
+RELEASE_SLOWDOWN_FILE = "sim-slowdown-factor"
 
 KIMI_K25_NAME = re.compile(r"kimi[-_.]?k2[-_.]?5", re.IGNORECASE)
 KIMI_CLASS = "KimiK25ForConditionalGeneration"
@@ -71,3 +77,35 @@ def read_sglang_version(sglang_dir: Path | None, fallback: str) -> str:
             if any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
                 return str(node.value.value)
     return fallback
+
+
+def release_of(sglang_dir: Path | None) -> Path | None:
+    """The release an installed sglang package belongs to: the parent of the venv that holds it.
+
+    Symbolic links are resolved first (the unit reaches the package through ``<root>/current``),
+    so this is the release that ``current`` pointed at when the simulator started. None when the
+    package is not inside a venv (no ``pyvenv.cfg`` above it).
+    """
+    if sglang_dir is None:
+        return None
+    for parent in sglang_dir.resolve().parents:
+        if (parent / "pyvenv.cfg").is_file():
+            return parent.parent
+    return None
+
+
+def read_release_slowdown(release: Path | None) -> float | None:
+    """The number in ``<release>/sim-slowdown-factor`` (None without the file).
+
+    Raises ValueError on anything but a finite number above 0.
+    """
+    if release is None or not (release / RELEASE_SLOWDOWN_FILE).is_file():
+        return None
+    raw = (release / RELEASE_SLOWDOWN_FILE).read_text(encoding="utf-8").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{release / RELEASE_SLOWDOWN_FILE} holds {raw!r}, not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{release / RELEASE_SLOWDOWN_FILE} holds {raw!r}: it must be a number above 0")
+    return value
