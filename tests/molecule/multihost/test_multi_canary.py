@@ -1,0 +1,190 @@
+"""Verifier of molecule/multihost: the canary rollout of playbooks/upgrade.yml and playbooks/rollback.yml,
+under continuous traffic through the real sglang-router (issue 17).
+
+Its name puts it after test_monitoring.py (whose alert tests expect no real benchmark result on the
+hosts) and before test_multihost.py (which ends with the two hosts as one multi-node group); it starts
+from the converged fleet, both hosts serving the release current points at, and leaves it so. A new
+release is a copy of that release with current pointed at it, as test_multihost.py's rolling upgrade
+does (the build is skipped); the simulator (TEST ONLY) makes a release slower by the factor in its
+sim-slowdown-factor file.
+"""
+
+import json
+import os
+import re
+import time
+import urllib.error
+from pathlib import Path
+
+from test_multihost import (GPUS, KEY, ROUTER, SERVER_PORT, Traffic, gpu, playbook, record, router_url, wait_all_healthy,
+                            workers)
+
+testinfra_hosts = [f"podman://{ROUTER}"]  # cluster tests: run once, not once per host
+RELEASES = "/opt/sglang/releases"
+SLOW, SAME = f"{RELEASES}/r5-slow", f"{RELEASES}/r6-same"
+RESULTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "bench-results-canary"
+# 8 runs per benchmark: enough for the verdict to tell 20% from noise; a 10% gate leaves room for the
+# noise of two cores shared with the traffic, and still catches 20%.
+EXTRA = ["--skip-tags", "build,model", "-e", json.dumps({"sglang_bench_results_dir": str(RESULTS), "sglang_bench_runs": 8,
+                                                         "sglang_bench_max_drop_pct": 10})]
+URLS = {name: f"http://{name}:{SERVER_PORT}" for name in GPUS}
+PLAY = "PLAY [Canary first, then the other GPU hosts in batches]"
+
+
+class WatchedTraffic(Traffic):
+    """Traffic that also notes which servers ever left the router's healthy workers."""
+
+    def __init__(self, base, clients=4):
+        super().__init__(base, clients)
+        self.left = set()
+
+    def watch(self):
+        while not self.stop.is_set():
+            try:
+                healthy = {w["url"] for w in workers() if w["is_healthy"]}
+                self.left |= set(URLS.values()) - healthy
+                self.min_workers = len(healthy) if self.min_workers is None else min(self.min_workers, len(healthy))
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.3)
+
+
+def read(h, path):
+    f = h.file(path)
+    return f.content_string.strip() if f.exists else ""
+
+
+def state(name):
+    """current, serving, previous release and the server's process of one GPU host."""
+    h = gpu(name)
+    return {"current": h.file("/opt/sglang/current").linked_to, "serving": read(h, "/var/lib/sglang/serving-release"),
+            "previous": read(h, "/var/lib/sglang/previous-release"),
+            "pid": h.check_output("systemctl show -p MainPID --value sglang-server")}
+
+
+def new_release(name, path, slowdown=None):
+    """A copy of the release the host serves, made current (the server keeps running the old one)."""
+    serving = state(name)["serving"]
+    extra = f" && echo {slowdown} > {path}/sim-slowdown-factor" if slowdown else ""
+    gpu(name).run_expect([0], f"rm -rf {path} && cp -a {serving} {path}{extra} && "
+                              f"ln -sfnT {path} /opt/sglang/current.new && mv -T /opt/sglang/current.new /opt/sglang/current")
+    return serving
+
+
+def run_under_traffic(name, *extra):
+    wait_all_healthy()
+    with WatchedTraffic(router_url()) as traffic:
+        time.sleep(2)
+        proc, wall = playbook(name, *extra)
+        time.sleep(2)
+    return proc, wall, traffic
+
+
+def table_row(out, host):
+    """The cells of host's row in the rollout table (host, old, new, verdict, before, after, outcome)."""
+    match = re.search(rf'"\| {re.escape(host)} \| ([^"]*) \|"', out)
+    assert match, out[-4000:]
+    return [cell.strip() for cell in match.group(1).split("|")]
+
+
+def assert_no_failed_request(traffic, minimum=20):
+    assert traffic.failed == 0, traffic.errors[:10]
+    assert traffic.ok >= minimum, f"too little traffic to mean anything: {traffic.ok}"
+
+
+def test_a_slower_release_is_caught_on_the_canary_and_rolled_back(host):
+    """The canary (the first GPU host: no canary group here) gets a release 20% slower: the verdict says
+    slower, the host goes back to the release it served, is confirmed by a benchmark and rejoins; the
+    rollout stops, and the other host is never touched."""
+    canary, other = GPUS
+    before = {name: state(name) for name in GPUS}
+    old = new_release(canary, SLOW, slowdown=1.25)
+    proc, wall, traffic = run_under_traffic("upgrade.yml", *EXTRA)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-5000:]
+    assert KEY not in out
+    stop = re.search(rf"Rollout stopped at {canary}: release r5-slow slower \(tok/s: ([\d.]+) on {Path(old).name} before, "
+                     rf"([\d.]+) on r5-slow after\) \(.*?\)\. Rolled back to {Path(old).name}, which serves again "
+                     rf"\(([\d.]+) tok/s\) and is back in the routers\. Not upgraded, serving as before: {other}\.", out)
+    assert stop, out[-5000:]
+    tok_before, tok_slow, tok_back = (float(g) for g in stop.groups())
+    assert 0.7 < tok_slow / tok_before < 0.9, (tok_before, tok_slow)  # 1 / 1.25 = 0.8
+    assert 0.9 < tok_back / tok_before < 1.1, (tok_before, tok_back)
+    assert table_row(out, canary)[:3] == [Path(old).name, "r5-slow", "slower"]
+    assert table_row(out, canary)[-1].startswith(f"rolled back to {Path(old).name}")
+    assert table_row(out, other) == ["-", "-", "-", "-", "-", "not reached"]
+
+    after = state(canary)
+    assert (after["current"], after["serving"]) == (old, old)
+    assert after["previous"] == before[canary]["previous"]  # the failed release is forgotten
+    assert after["pid"] != before[canary]["pid"]
+    # the simulator's own word: the slow release ran with its file's factor, the one serving now without
+    starts = gpu(canary).check_output("journalctl -u sglang-server --no-pager -o cat | grep 'SIMULATOR.*settings {'")
+    assert '"release_slowdown_factor": 1.25' in starts, starts[-2000:]
+    assert '"release_slowdown_factor": null' in starts.splitlines()[-1], starts[-2000:]
+    assert state(other) == before[other]  # never restarted, never switched
+    rollout = out.split(PLAY)[1].split("PLAY [Report the rollout]")[0]
+    assert f"[{other}]" not in rollout, rollout[-3000:]
+    assert traffic.left == {URLS[canary]}, traffic.left
+    assert_no_failed_request(traffic)
+    wait_all_healthy()
+    record(canary_rolled_back_wall_s=round(wall, 1), canary_tok_s_before=tok_before, canary_tok_s_slow=tok_slow,
+           canary_tok_s_rolled_back=tok_back, canary_requests_sent=traffic.sent, canary_requests_failed=traffic.failed)
+
+
+def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
+    """The canary first (a batch of its own), then the other host, each gated; 0 failed requests."""
+    olds = {name: new_release(name, SAME) for name in GPUS}
+    proc, wall, traffic = run_under_traffic("upgrade.yml", *EXTRA)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert KEY not in out
+    batches = out.split(PLAY)[1:]
+    assert len(batches) == 2, "the canary alone, then the other host"
+    assert f"[{GPUS[0]}]" in batches[0] and f"[{GPUS[1]}]" not in batches[0]
+    assert f"[{GPUS[1]}]" in batches[1].split("PLAY [Report the rollout]")[0]
+    for name in GPUS:
+        row = table_row(out, name)
+        assert row[:2] == [Path(olds[name]).name, "r6-same"] and row[-1] == "upgraded", row
+        assert row[2] in ("faster", "inconclusive", "slower"), row  # slower would be within the 10% gate
+        assert 0.85 < float(row[4]) / float(row[3]) < 1.15, row
+        s = state(name)
+        assert (s["current"], s["serving"], s["previous"]) == (SAME, SAME, olds[name])
+    assert traffic.left == set(URLS.values()), traffic.left
+    assert traffic.min_workers == 1
+    assert_no_failed_request(traffic)
+    wait_all_healthy()
+    record(canary_rollout_two_hosts_wall_s=round(wall, 1), canary_rollout_requests_sent=traffic.sent,
+           canary_rollout_requests_failed=traffic.failed)
+
+
+def test_rollback_returns_both_hosts_to_their_previous_release_and_a_rerun_changes_nothing(host):
+    previous = {name: state(name)["previous"] for name in GPUS}
+    assert all(previous.values()), previous
+    proc, wall, traffic = run_under_traffic("rollback.yml", "-e", f"sglang_bench_results_dir={RESULTS}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert KEY not in out
+    for name in GPUS:
+        s = state(name)
+        assert (s["current"], s["serving"], s["previous"]) == (previous[name],) * 3, s
+        assert f"{name}: r6-same -> {Path(previous[name]).name}, serving again, " in out, out[-3000:]
+    assert traffic.left == set(URLS.values()), traffic.left
+    assert_no_failed_request(traffic)
+    wait_all_healthy()
+
+    pids = {name: state(name)["pid"] for name in GPUS}
+    again, rerun_wall = playbook("rollback.yml", "-e", f"sglang_bench_results_dir={RESULTS}")
+    rerun = again.stdout + again.stderr
+    assert again.returncode == 0, rerun[-5000:]
+    recap = rerun.split("PLAY RECAP")[-1]
+    for name in [ROUTER, *GPUS]:
+        assert re.search(rf"^{name}\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", recap, re.M), recap
+    for name in GPUS:
+        assert f"{name} already serves its previous release" in rerun
+        assert state(name)["pid"] == pids[name]
+    assert "Take this host out of every router" not in rerun
+    record(rollback_two_hosts_wall_s=round(wall, 1), rollback_requests_sent=traffic.sent,
+           rollback_requests_failed=traffic.failed, rollback_rerun_wall_s=round(rerun_wall, 1))
+    for name in GPUS:
+        gpu(name).run_expect([0], f"rm -rf {SLOW} {SAME}")
