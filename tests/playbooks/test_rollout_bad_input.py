@@ -49,8 +49,7 @@ def assert_refused_in_validation(proc: subprocess.CompletedProcess, words: str, 
         assert f"PLAY [{play}]" not in proc.stdout, out[-3000:]
 
 
-BATCHES = {"zero": "0", "zero-percent": "0%", "above-100-percent": "150%", "a-word": "two", "negative": "-1",
-           "fraction": "0.5"}
+BATCHES = {"zero": "0", "zero-percent": "0%", "above-100-percent": "101%", "a-word": "two"}
 
 
 @pytest.mark.parametrize("case", sorted(BATCHES))
@@ -113,7 +112,7 @@ def fake_release(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("batch", ["1", "3", "25%", "100%"])
+@pytest.mark.parametrize("batch", ["2", "100%"])
 def test_good_rollout_settings_pass_the_same_checks(tmp_path, batch) -> None:
     """So each refusal above is its value's own: the same checks pass good values (validate.yml alone, rollout only)."""
     groups = {"canary": {"hosts": {"gpu2": {}}}}
