@@ -126,9 +126,14 @@ HELPERS = {
   when: not ansible_check_mode
 """,
     "log.yml": """
-- name: Log (stub)
-  ansible.builtin.shell: echo "{{ stub_event }}" >> {{ stub_dir }}/{{ inventory_hostname }}.log
-  changed_when: false
+- name: Note the event (stub)
+  ansible.builtin.set_fact:
+    stub_events: "{{ stub_events | default([]) + [stub_event] }}"
+- name: Write the events (stub)
+  ansible.builtin.copy:
+    content: "{{ stub_events | join('\\n') }}\\n"
+    dest: "{{ stub_dir }}/{{ inventory_hostname }}.log"
+    mode: "0644"
   when: not ansible_check_mode
 """,
 }
