@@ -4,9 +4,10 @@ under continuous traffic through the real sglang-router (issue 17).
 Its name puts it after test_monitoring.py (whose alert tests expect no real benchmark result on the
 hosts) and before test_multihost.py (which ends with the two hosts as one multi-node group); it starts
 from the converged fleet, both hosts serving the release current points at, and leaves it so. A new
-release is a copy of that release with current pointed at it, as test_multihost.py's rolling upgrade
-does (the build is skipped); the simulator (TEST ONLY) makes a release slower by the factor in its
-sim-slowdown-factor file.
+release is a copy of a release on the host with current pointed at it (the build is skipped): the
+slower one a copy of the serving release with the factor in its sim-slowdown-factor file (the
+simulator, TEST ONLY, runs that much slower); the one of equal speed a copy of r2-unpatched, which the
+rollout patches for EAGLE-3 on each host before its restart.
 """
 
 import json
@@ -62,11 +63,12 @@ def state(name):
             "pid": h.check_output("systemctl show -p MainPID --value sglang-server")}
 
 
-def new_release(name, path, slowdown=None):
-    """A copy of the release the host serves, made current (the server keeps running the old one)."""
+def new_release(name, path, slowdown=None, source=None):
+    """A copy of source (default: the release the host serves) made current (the server keeps running
+    the old one); returns the release that serves."""
     serving = state(name)["serving"]
     extra = f" && echo {slowdown} > {path}/sim-slowdown-factor" if slowdown else ""
-    gpu(name).run_expect([0], f"rm -rf {path} && cp -a {serving} {path}{extra} && "
+    gpu(name).run_expect([0], f"rm -rf {path} && cp -a {source or serving} {path}{extra} && "
                               f"ln -sfnT {path} /opt/sglang/current.new && mv -T /opt/sglang/current.new /opt/sglang/current")
     return serving
 
@@ -133,8 +135,9 @@ def test_a_slower_release_is_caught_on_the_canary_and_rolled_back(host):
 
 
 def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
-    """The canary first (a batch of its own), then the other host, each gated; 0 failed requests."""
-    olds = {name: new_release(name, SAME) for name in GPUS}
+    """The canary first (a batch of its own), then the other host, each gated and patched for EAGLE-3
+    on the way (the new release is an unpatched copy); 0 failed requests."""
+    olds = {name: new_release(name, SAME, source=f"{RELEASES}/r2-unpatched") for name in GPUS}
     proc, wall, traffic = run_under_traffic("upgrade.yml", *EXTRA)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
@@ -150,6 +153,7 @@ def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
         assert 0.85 < float(row[4]) / float(row[3]) < 1.15, row
         s = state(name)
         assert (s["current"], s["serving"], s["previous"]) == (SAME, SAME, olds[name])
+        assert "BEGIN sglang_eagle3_patch" in read(gpu(name), f"{SAME}/venv/lib/python3.11/site-packages/sglang/srt/models/kimi_k25.py")
     assert traffic.left == set(URLS.values()), traffic.left
     assert traffic.min_workers == 1
     assert_no_failed_request(traffic)
