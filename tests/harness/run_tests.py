@@ -90,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         side_by_side.append(Job("lint", ["bash", "-c", "yamllint -s . && ansible-lint"]))
     # Longest first (seconds measured two at a time on this machine kind, 2026-12-01), so that the
     # last jobs to start are short and both lanes end together; a job not listed goes first.
-    expected = {"pytest": 2073, "molecule-multihost": 1568, "molecule-sglang_bench": 874, "molecule-default": 790,
-                "molecule-sglang_build": 353, "molecule-sglang_model": 332, "molecule-sglang_server": 288,
-                "molecule-sglang_eagle3_patch": 138, "molecule-nvidia_cuda": 131, "molecule-gpu_preflight": 124,
-                "lint": 83, "molecule-nvidia_cuda_preinstalled": 75}
+    expected = {"pytest": 1859, "molecule-multihost": 1704, "molecule-sglang_bench": 898, "molecule-default": 783,
+                "molecule-sglang_model": 407, "molecule-sglang_build": 384, "molecule-sglang_server": 326,
+                "molecule-sglang_eagle3_patch": 164, "molecule-nvidia_cuda": 140, "molecule-gpu_preflight": 135,
+                "lint": 121, "molecule-nvidia_cuda_preinstalled": 77}
     side_by_side.sort(key=lambda j: -expected.get(j.name, 10**6))
     run_all(side_by_side, args.jobs, logs)
     alone = [Job("pytest-timing", [sys.executable, "-m", "pytest", "-q", "-m", "timing", "tests"])]
