@@ -34,7 +34,19 @@ class Job:
     argv: list[str]
     rc: int | None = None
     seconds: float = 0.0
+    heavy: bool = True  # CPU-bound (False: mostly waits on test hosts, simulators, timeouts)
+    cpu: float = 0.0  # user + sys seconds of the job and every process it waited for
     log: Path = field(default=Path())
+
+
+# Seconds per job (measured on this machine kind, 2026-12-01, three at a time).
+EXPECTED = {"pytest-1": 1000, "pytest-2": 900, "molecule-multihost": 1704, "molecule-sglang_bench": 898,
+            "molecule-default": 783, "molecule-sglang_model": 407, "molecule-sglang_build": 384,
+            "molecule-sglang_server": 326, "molecule-sglang_eagle3_patch": 164, "molecule-nvidia_cuda": 140,
+            "molecule-gpu_preflight": 135, "lint": 121, "molecule-nvidia_cuda_preinstalled": 77}
+# Scenarios that mostly wait (simulated token rates, readiness polls, a router draining): they
+# take a third lane beside two CPU-bound jobs.
+WAIT_BOUND = {"multihost", "sglang_bench"}
 
 
 def log(msg: str) -> None:
@@ -46,23 +58,52 @@ def run(job: Job, logs: Path) -> None:
     log(f"start {job.name}: {' '.join(job.argv)}")
     started = time.monotonic()
     with open(job.log, "w") as out:
-        job.rc = subprocess.run(job.argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(job.argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = job.rc = os.waitstatus_to_exitcode(status)
     job.seconds = time.monotonic() - started
-    log(f"{'ok  ' if job.rc == 0 else 'FAIL'} {job.name}: {job.seconds:.0f} s")
+    # The test hosts' own processes (podman's conmon and what runs in the containers) are not
+    # descendants of the job: they count only in the machine's total below.
+    job.cpu = usage.ru_utime + usage.ru_stime
+    log(f"{'ok  ' if job.rc == 0 else 'FAIL'} {job.name}: {job.seconds:.0f} s, {job.cpu:.0f} s CPU")
 
 
-def run_all(jobs: list[Job], width: int, logs: Path) -> None:
-    """Run jobs in the caller's order, at most `width` at once."""
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine since boot (/proc/stat's first line)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]  # idle + iowait; user..steal (guest time is inside user)
+    return sum(fields) - idle, sum(fields)
+
+
+def run_all(jobs: list[Job], width: int, heavy_width: int, logs: Path) -> None:
+    """Run jobs at most `width` at once, of which at most `heavy_width` CPU-bound ones.
+
+    The next job started is the first one in the caller's order that fits: a wait-bound job may
+    pass a CPU-bound one that has to wait for a CPU lane.
+    """
     pending = list(jobs)
-    lock = threading.Lock()
+    running: list[Job] = []
+    cond = threading.Condition()
+
+    def fits(job: Job) -> bool:
+        return not job.heavy or sum(j.heavy for j in running) < heavy_width
 
     def worker() -> None:
         while True:
-            with lock:
+            with cond:
+                while pending and not any(fits(j) for j in pending):
+                    cond.wait()
                 if not pending:
                     return
-                job = pending.pop(0)
-            run(job, logs)
+                job = next(j for j in pending if fits(j))
+                pending.remove(job)
+                running.append(job)
+            try:
+                run(job, logs)
+            finally:
+                with cond:
+                    running.remove(job)
+                    cond.notify_all()
 
     threads = [threading.Thread(target=worker) for _ in range(max(1, width))]
     for t in threads:
@@ -71,9 +112,26 @@ def run_all(jobs: list[Job], width: int, logs: Path) -> None:
         t.join()
 
 
+# pytest runs as two jobs: the first takes these paths, the second everything else under tests/
+# (so that a new test file is never left out). Split so that the two take about as long.
+PYTEST_FIRST = ["tests/roles/sglang_build", "tests/playbooks", "tests/roles/sglang_eagle3_patch",
+                "tests/roles/sglang_common"]
+
+
+def pytest_jobs(logs: Path) -> list[Job]:
+    base = [sys.executable, "-m", "pytest", "-q", "--durations=20", "-m", "not timing"]
+    first = [p for p in PYTEST_FIRST if (ROOT / p).exists()]
+    return [Job("pytest-1", base + [f"--junitxml={logs / 'pytest-1.xml'}", *first], heavy=True),
+            Job("pytest-2", base + [f"--junitxml={logs / 'pytest-2.xml'}", *(f"--ignore={p}" for p in first),
+                                    "tests"], heavy=True)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "3")),
+                    help="jobs at once (default 3)")
+    ap.add_argument("--cpu-jobs", type=int, default=int(os.environ.get("TEST_CPU_JOBS", "2")),
+                    help="CPU-bound jobs at once (default 2)")
     ap.add_argument("--logs", default=str(ROOT / ".test-logs"))
     ap.add_argument("--scenarios", default=os.environ.get("SCENARIOS", ""))
     ap.add_argument("--no-lint", action="store_true", help="skip yamllint and ansible-lint")
@@ -81,29 +139,26 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
     scenarios = args.scenarios.split()
-    began = time.monotonic()
-    # The longest jobs first, so that the last ones to start are short.
-    side_by_side = [Job("pytest", [sys.executable, "-m", "pytest", "-q", "--durations=40", "-m", "not timing", "tests"])]
-    side_by_side += [Job(f"molecule-{s}", ["molecule", "test", "-s", s]) for s in scenarios]
-    # Lint is a job like the others (about a minute and a half): last, where a lane would idle.
+    began, ticks = time.monotonic(), cpu_ticks()
+    side_by_side = pytest_jobs(logs)
+    side_by_side += [Job(f"molecule-{s}", ["molecule", "test", "-s", s], heavy=s not in WAIT_BOUND) for s in scenarios]
     if not args.no_lint:
-        side_by_side.append(Job("lint", ["bash", "-c", "yamllint -s . && ansible-lint"]))
-    # Longest first (seconds measured two at a time on this machine kind, 2026-12-01), so that the
-    # last jobs to start are short and both lanes end together; a job not listed goes first.
-    expected = {"pytest": 1859, "molecule-multihost": 1704, "molecule-sglang_bench": 898, "molecule-default": 783,
-                "molecule-sglang_model": 407, "molecule-sglang_build": 384, "molecule-sglang_server": 326,
-                "molecule-sglang_eagle3_patch": 164, "molecule-nvidia_cuda": 140, "molecule-gpu_preflight": 135,
-                "lint": 121, "molecule-nvidia_cuda_preinstalled": 77}
-    side_by_side.sort(key=lambda j: -expected.get(j.name, 10**6))
-    run_all(side_by_side, args.jobs, logs)
-    alone = [Job("pytest-timing", [sys.executable, "-m", "pytest", "-q", "-m", "timing", "tests"])]
-    run_all(alone, 1, logs)
+        side_by_side.append(Job("lint", ["bash", "-c", "yamllint -s . && ansible-lint"], heavy=True))
+    # Longest first, so that the last jobs to start are short and the lanes end together; a job
+    # not listed goes first.
+    side_by_side.sort(key=lambda j: -EXPECTED.get(j.name, 10**6))
+    run_all(side_by_side, args.jobs, args.cpu_jobs, logs)
+    alone = [Job("pytest-timing", [sys.executable, "-m", "pytest", "-q", "-m", "timing", "tests"], heavy=True)]
+    run_all(alone, 1, 1, logs)
     jobs = side_by_side + alone
     total = time.monotonic() - began
-    print("\n== times (wall; two jobs at a time, then the timing tests alone)")
+    busy, all_ticks = (a - b for a, b in zip(cpu_ticks(), ticks))
+    print(f"\n== times ({args.jobs} jobs at a time, at most {args.cpu_jobs} CPU-bound; then the timing tests alone)")
+    print(f"{'job':32s} {'wall':>7s}   {'CPU':>6s}")
     for job in jobs:
-        print(f"{job.name:32s} {job.seconds:7.0f} s  {'ok' if job.rc == 0 else 'FAILED (rc %s)' % job.rc}")
-    print(f"{'all':32s} {total:7.0f} s")
+        print(f"{job.name:32s} {job.seconds:7.0f} s {job.cpu:6.0f} s  {'ok' if job.rc == 0 else 'FAILED (rc %s)' % job.rc}")
+    print(f"{'all':32s} {total:7.0f} s; the machine's CPUs {100 * busy / max(1, all_ticks):.0f}% busy "
+          f"({busy / os.sysconf('SC_CLK_TCK'):.0f} CPU-s, test hosts included)")
     failed = [j for j in jobs if j.rc != 0]
     for job in failed:
         lines = job.log.read_text(errors="replace").splitlines()
