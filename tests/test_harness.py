@@ -72,3 +72,38 @@ def test_hostsetup_self_check_failure_is_one_line_with_podmans_stderr(tmp_path):
     failed = [line for line in proc.stderr.splitlines() if "FAILED" in line]
     assert len(failed) == 1 and "self-check" in failed[0]
     assert "Error: netavark: No such file or directory (os error 2)" in failed[0]
+
+
+def test_podman_enter_runs_inside_the_test_host_like_podman_exec_and_follows_a_restart():
+    """tests/harness/podman_enter.py (nsenter) against a real test host: same user, hostname, root and
+    exit status as `podman exec`; a restarted container's new init is found; a stopped one answers 125."""
+    import time
+
+    import podman_enter
+    from testhost import TestHost, harness_or_skip
+
+    harness = harness_or_skip()
+    host = TestHost("pytest-podman-enter", harness["image"], harness["mirror"]).start()
+    try:
+        probe = "id -u; hostname; readlink /proc/1/exe; test -e /srv/nvidia-mirror && echo mirror; echo $PWD"
+        via_podman = subprocess.run(["podman", "exec", host.name, "bash", "-c", probe],
+                                    capture_output=True, text=True, check=True).stdout
+        assert host.sh(probe).stdout == via_podman == f"0\n{host.name}\n/usr/lib/systemd/systemd\nmirror\n/\n"
+        proc = host.sh("echo out; echo err >&2; exit 7", check=False)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (7, "out\n", "err\n")
+        with pytest.raises(subprocess.CalledProcessError):
+            host.sh("exit 1")
+        assert "PYTEST_CURRENT_TEST" not in host.sh("env").stdout  # a clean environment: nothing of ours leaks in
+        before = podman_enter.container_pid(host.name)
+        subprocess.run(["podman", "restart", "-t", "5", host.name], check=True, capture_output=True)
+        deadline = time.monotonic() + 60
+        while host.sh("systemctl is-system-running", check=False).stdout.strip() not in ("running", "degraded"):
+            assert time.monotonic() < deadline, "the restarted test host did not boot"
+            time.sleep(0.5)
+        assert podman_enter.container_pid(host.name) != before
+        assert host.sh("cat /proc/1/comm").stdout.strip() == "systemd"
+        subprocess.run(["podman", "stop", "-t", "5", host.name], check=True, capture_output=True)
+        stopped = host.sh("true", check=False)
+        assert stopped.returncode == 125 and "not running" in stopped.stderr
+    finally:
+        host.remove()

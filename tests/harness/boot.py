@@ -13,6 +13,8 @@ from __future__ import annotations
 import subprocess
 import time
 
+import podman_enter
+
 
 def starts_at_boot(host, unit: str, target: str = "multi-user.target") -> bool:
     """True when ``unit`` is linked into ``target``'s wants, i.e. systemd starts it at boot."""
@@ -31,8 +33,7 @@ def reboot(container: str, timeout: float = 120) -> float:
     deadline = began + timeout
     state = ""
     while time.monotonic() < deadline:
-        state = subprocess.run(["podman", "exec", container, "systemctl", "is-system-running"],
-                               capture_output=True, text=True).stdout.strip()
+        state = podman_enter.sh(container, "systemctl is-system-running", check=False).stdout.strip()
         if state in ("running", "degraded"):
             return began
         time.sleep(0.5)

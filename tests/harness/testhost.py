@@ -13,6 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import podman_enter
+
 MIRROR_UNIT = (
     "[Unit]\nDescription=TEST ONLY: local NVIDIA CUDA repository mirror\n[Service]\n"
     "ExecStart=/usr/bin/python3 -m http.server 8088 --bind 127.0.0.1 --directory /srv/nvidia-mirror\n"
@@ -60,8 +62,8 @@ class TestHost:
         return self
 
     def sh(self, script: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(["podman", "exec", self.name, "bash", "-c", script],
-                              check=check, capture_output=True, text=True)
+        """Run a bash script inside, as root (nsenter: tests/harness/podman_enter.py)."""
+        return podman_enter.sh(self.name, script, check=check)
 
     def remove(self) -> None:
         subprocess.run(["podman", "rm", "-f", "--ignore", self.name], check=False, capture_output=True)

@@ -39,20 +39,16 @@ DOCUMENTATION = """
 import os
 import shlex
 import subprocess
+import sys
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.connection import ConnectionBase
 
-ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
-       "TERM=dumb"]
-_PIDS: dict[str, tuple[int, str]] = {}
-
-
-def _started(pid: int) -> str:
-    """The process's start time (field 22 of /proc/PID/stat): tells a reused PID apart."""
-    with open(f"/proc/{pid}/stat", "rb") as fh:
-        return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+# The namespaces, the clean environment and the PID cache: tests/harness/podman_enter.py, shared with
+# the pytest test hosts and the molecule verifiers.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import podman_enter as enter  # noqa: E402  (tests/harness)
 
 
 class Connection(ConnectionBase):
@@ -61,26 +57,14 @@ class Connection(ConnectionBase):
     default_user = "root"
 
     def _container_pid(self, refresh: bool = False) -> int:
-        name = self.get_option("remote_addr")
-        cached = _PIDS.get(name)
-        if cached and not refresh:
-            try:
-                if _started(cached[0]) == cached[1]:
-                    return cached[0]
-            except OSError:
-                pass
-        proc = subprocess.run(["podman", "inspect", "--format", "{{.State.Pid}}", name],
-                              capture_output=True, text=True)
-        pid = int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
-        if pid <= 0:
-            raise AnsibleConnectionFailure(f"test host {name} is not running: {proc.stderr.strip() or 'no PID'}")
-        _PIDS[name] = (pid, _started(pid))
-        return pid
+        try:
+            return enter.container_pid(self.get_option("remote_addr"), refresh=refresh)
+        except enter.NotRunning as exc:
+            raise AnsibleConnectionFailure(str(exc)) from None
 
     def _enter(self, argv: list[str]) -> list[str]:
-        pid = self._container_pid()
-        return ["nsenter", "--target", str(pid), "--mount", "--uts", "--ipc", "--net", "--pid", "--root", "--wd",
-                "--", "/usr/bin/env", "-i", *ENV, *argv]
+        self._container_pid()
+        return enter.argv(self.get_option("remote_addr"), argv)
 
     def _connect(self):
         if not self._connected:
@@ -112,7 +96,7 @@ class Connection(ConnectionBase):
             raise AnsibleError(f"failed to fetch {in_path}: {proc.stderr.decode(errors='replace')}")
 
     def reset(self):
-        _PIDS.pop(self.get_option("remote_addr"), None)
+        enter.forget(self.get_option("remote_addr"))
 
     def close(self):
         self._connected = False
