@@ -94,6 +94,8 @@ def test_podman_enter_runs_inside_the_test_host_like_podman_exec_and_follows_a_r
         with pytest.raises(subprocess.CalledProcessError):
             host.sh("exit 1")
         assert "PYTEST_CURRENT_TEST" not in host.sh("env").stdout  # a clean environment: nothing of ours leaks in
+        # The image's system Python keeps the bytecode of Ansible's module zips (tests/harness/zip_pycache.py).
+        assert host.sh("python3 -c 'import zipimport; print(zipimport._compile_source.__module__)'").stdout == "zip_pycache\n"
         before = podman_enter.container_pid(host.name)
         subprocess.run(["podman", "restart", "-t", "5", host.name], check=True, capture_output=True)
         deadline = time.monotonic() + 60
@@ -107,3 +109,43 @@ def test_podman_enter_runs_inside_the_test_host_like_podman_exec_and_follows_a_r
         assert stopped.returncode == 125 and "not running" in stopped.stderr
     finally:
         host.remove()
+
+
+def test_zip_pycache_reuses_code_by_source_text_and_only_from_a_private_directory(tmp_path):
+    """tests/harness/zip_pycache.py: an import from a zip stores its code under the source's hash; the next
+    import with the same source loads that code (shown by planting other code under the key); another source
+    gets its own entry; a directory that is not private is not used."""
+    import hashlib
+    import importlib.util
+    import marshal
+    import zipfile
+
+    harness = ROOT / "tests" / "harness"
+
+    def import_from(source: str, tmpdir) -> str:
+        archive = tmp_path / "mods.zip"
+        with zipfile.ZipFile(archive, "w") as zf:
+            zf.writestr("zmod.py", source)
+        code = f"import zip_pycache, sys; sys.path.insert(0, {str(archive)!r}); import zmod; print(zmod.VALUE)"
+        env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONPATH=str(harness))
+        return subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    tmpdir = tmp_path / "t"
+    tmpdir.mkdir()
+    cache = tmpdir / f"zip-pycache-{os.getuid()}"
+    source = "VALUE = 'compiled'\n"
+    assert import_from(source, tmpdir) == "compiled"
+    key = hashlib.sha256(importlib.util.MAGIC_NUMBER + source.encode()).hexdigest()
+    assert sorted(p.name for p in cache.iterdir()) == [key]
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    # Plant other code under the key: the next import of the same source runs it.
+    (cache / key).write_bytes(marshal.dumps(compile("VALUE = 'from the cache'\n", "zmod.py", "exec")))
+    assert import_from(source, tmpdir) == "from the cache"
+    # Another source: its own entry, never the planted code.
+    assert import_from("VALUE = 'other'\n", tmpdir) == "other"
+    assert len(list(cache.iterdir())) == 2
+    # A cache directory others may write to is not used (the import still works).
+    cache.chmod(0o777)
+    assert import_from(source, tmpdir) == "compiled"
+    assert import_from("VALUE = 'third'\n", tmpdir) == "third" and len(list(cache.iterdir())) == 2

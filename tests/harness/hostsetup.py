@@ -61,6 +61,10 @@ IMAGE_FILES = {
     # No getty on a container console; quieter boot and faster `is-system-running`.
     "etc/systemd/system/getty.target": None,
     "etc/hostname": "testhost\n",
+    # TEST HARNESS ONLY: the system Python keeps the bytecode of Ansible's module zips
+    # (tests/harness/zip_pycache.py): about a third of each task's CPU time on these hosts.
+    "usr/lib/python3/dist-packages/zip_pycache.py": (Path(__file__).parent / "zip_pycache.py").read_text(),
+    "usr/lib/python3/dist-packages/zip_pycache.pth": "import zip_pycache\n",
 }
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))
 
