@@ -42,11 +42,11 @@ class Job:
     log: Path = field(default=Path())
 
 
-# Seconds per job (this machine kind, 2026-12-01, two at a time; the pytest halves estimated).
-EXPECTED = {"pytest-1": 950, "pytest-2": 950, "molecule-multihost": 1704, "molecule-sglang_bench": 898,
-            "molecule-default": 783, "molecule-sglang_model": 407, "molecule-sglang_build": 384,
-            "molecule-sglang_server": 326, "molecule-sglang_eagle3_patch": 164, "molecule-nvidia_cuda": 140,
-            "molecule-gpu_preflight": 135, "lint": 121, "molecule-nvidia_cuda_preinstalled": 77}
+# Seconds per job (this machine kind, 2026-12-01, two at a time, make test 3295 s).
+EXPECTED = {"molecule-multihost": 1574, "pytest-2": 982, "pytest-1": 878, "molecule-sglang_bench": 803,
+            "molecule-default": 678, "molecule-sglang_server": 286, "molecule-sglang_build": 284,
+            "molecule-sglang_model": 252, "molecule-sglang_eagle3_patch": 128, "molecule-nvidia_cuda": 114,
+            "lint": 109, "molecule-gpu_preflight": 107, "molecule-nvidia_cuda_preinstalled": 71}
 # Scenarios that mostly wait (simulated token rates, readiness polls, a router draining): with
 # --jobs 3 they take the third lane beside two CPU-bound jobs.
 WAIT_BOUND = {"multihost", "sglang_bench"}
