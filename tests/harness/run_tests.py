@@ -13,7 +13,7 @@ Each job's output goes to ``<logs>/<job>.log``; a line is printed when a job sta
 ends (its time and result); at the end a table of every job's time, and the last lines of each
 failed job's log. Exit status 1 when any job failed.
 
-Usage: python3 tests/harness/run_tests.py [--jobs 2] [--cpu-jobs 2] [--logs .test-logs] [--scenarios "a b c"] [--no-lint]
+Usage: python3 tests/harness/run_tests.py [--jobs 2] [--logs .test-logs] [--scenarios "a b c"] [--no-lint]
 (the environment is the Makefile's: the venv on PATH, TESTHOST_IMAGE, NVIDIA_MIRROR_DIR, ...).
 """
 
@@ -37,7 +37,6 @@ class Job:
     argv: list[str]
     rc: int | None = None
     seconds: float = 0.0
-    heavy: bool = True  # CPU-bound (False: mostly waits on test hosts, simulators, timeouts)
     cpu: float = 0.0  # user + sys seconds of the job and every process it waited for
     log: Path = field(default=Path())
 
@@ -47,9 +46,6 @@ EXPECTED = {"molecule-multihost": 1574, "pytest-2": 982, "pytest-1": 878, "molec
             "molecule-default": 678, "molecule-sglang_server": 286, "molecule-sglang_build": 284,
             "molecule-sglang_model": 252, "molecule-sglang_eagle3_patch": 128, "molecule-nvidia_cuda": 114,
             "lint": 109, "molecule-gpu_preflight": 107, "molecule-nvidia_cuda_preinstalled": 71}
-# Scenarios that mostly wait (simulated token rates, readiness polls, a router draining): with
-# --jobs 3 they take the third lane beside two CPU-bound jobs.
-WAIT_BOUND = {"multihost", "sglang_bench"}
 
 
 def log(msg: str) -> None:
@@ -78,35 +74,18 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def run_all(jobs: list[Job], width: int, heavy_width: int, logs: Path) -> None:
-    """Run jobs at most `width` at once, of which at most `heavy_width` CPU-bound ones.
-
-    The next job started is the first one in the caller's order that fits: a wait-bound job may
-    pass a CPU-bound one that has to wait for a CPU lane.
-    """
+def run_all(jobs: list[Job], width: int, logs: Path) -> None:
+    """Run jobs in the caller's order, at most `width` at once."""
     pending = list(jobs)
-    running: list[Job] = []
-    cond = threading.Condition()
-
-    def fits(job: Job) -> bool:
-        return not job.heavy or sum(j.heavy for j in running) < heavy_width
+    lock = threading.Lock()
 
     def worker() -> None:
         while True:
-            with cond:
-                while pending and not any(fits(j) for j in pending):
-                    cond.wait()
+            with lock:
                 if not pending:
                     return
-                job = next(j for j in pending if fits(j))
-                pending.remove(job)
-                running.append(job)
-            try:
-                run(job, logs)
-            finally:
-                with cond:
-                    running.remove(job)
-                    cond.notify_all()
+                job = pending.pop(0)
+            run(job, logs)
 
     threads = [threading.Thread(target=worker) for _ in range(max(1, width))]
     for t in threads:
@@ -123,17 +102,19 @@ PYTEST_FIRST = ["tests/roles/sglang_build", "tests/playbooks"]
 def pytest_jobs(logs: Path) -> list[Job]:
     base = [sys.executable, "-m", "pytest", "-q", "--durations=20", "-m", "not timing"]
     first = [p for p in PYTEST_FIRST if (ROOT / p).exists()]
-    return [Job("pytest-1", base + [f"--junitxml={logs / 'pytest-1.xml'}", *first], heavy=True),
+    return [Job("pytest-1", base + [f"--junitxml={logs / 'pytest-1.xml'}", *first]),
             Job("pytest-2", base + [f"--junitxml={logs / 'pytest-2.xml'}", *(f"--ignore={p}" for p in first),
-                                    "tests"], heavy=True)]
+                                    "tests"])]
+
+
+def timing_jobs() -> list[Job]:
+    return [Job("pytest-timing", [sys.executable, "-m", "pytest", "-q", "-m", "timing", "tests"])]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")),
                     help="jobs at once (default 2)")
-    ap.add_argument("--cpu-jobs", type=int, default=int(os.environ.get("TEST_CPU_JOBS", "2")),
-                    help="CPU-bound jobs at once (default 2)")
     ap.add_argument("--logs", default=str(ROOT / ".test-logs"))
     ap.add_argument("--scenarios", default=os.environ.get("SCENARIOS", ""))
     ap.add_argument("--no-lint", action="store_true", help="skip yamllint and ansible-lint")
@@ -143,19 +124,19 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = args.scenarios.split()
     began, ticks = time.monotonic(), cpu_ticks()
     side_by_side = pytest_jobs(logs)
-    side_by_side += [Job(f"molecule-{s}", ["molecule", "test", "-s", s], heavy=s not in WAIT_BOUND) for s in scenarios]
+    side_by_side += [Job(f"molecule-{s}", ["molecule", "test", "-s", s]) for s in scenarios]
     if not args.no_lint:
-        side_by_side.append(Job("lint", ["bash", "-c", "yamllint -s . && ansible-lint"], heavy=True))
+        side_by_side.append(Job("lint", ["bash", "-c", "yamllint -s . && ansible-lint"]))
     # Longest first, so that the last jobs to start are short and the lanes end together; a job
     # not listed goes first.
     side_by_side.sort(key=lambda j: -EXPECTED.get(j.name, 10**6))
-    run_all(side_by_side, args.jobs, args.cpu_jobs, logs)
-    alone = [Job("pytest-timing", [sys.executable, "-m", "pytest", "-q", "-m", "timing", "tests"], heavy=True)]
-    run_all(alone, 1, 1, logs)
+    run_all(side_by_side, args.jobs, logs)
+    alone = timing_jobs()
+    run_all(alone, 1, logs)
     jobs = side_by_side + alone
     total = time.monotonic() - began
     busy, all_ticks = (a - b for a, b in zip(cpu_ticks(), ticks))
-    print(f"\n== times ({args.jobs} jobs at a time, at most {args.cpu_jobs} CPU-bound; then the timing tests alone)")
+    print(f"\n== times ({args.jobs} jobs at a time, then the timing tests alone)")
     print(f"{'job':32s} {'wall':>7s}   {'CPU':>6s}")
     for job in jobs:
         print(f"{job.name:32s} {job.seconds:7.0f} s {job.cpu:6.0f} s  {'ok' if job.rc == 0 else 'FAILED (rc %s)' % job.rc}")
