@@ -74,9 +74,33 @@ def test_hostsetup_self_check_failure_is_one_line_with_podmans_stderr(tmp_path):
     assert "Error: netavark: No such file or directory (os error 2)" in failed[0]
 
 
+def another_process_finds(name):
+    """The PID a new process (as Ansible's worker for each task) finds for a container, with no podman
+    on its PATH: from the cache file only."""
+    code = "import podman_enter, sys; print(podman_enter.container_pid(sys.argv[1]))"
+    proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True,
+                          env=dict(os.environ, PATH="/nonexistent", PYTHONPATH=str(ROOT / "tests" / "harness")))
+    return proc.stdout.strip() or proc.stderr[-500:]
+
+
+def test_podman_enter_keeps_pids_only_in_a_private_directory(tmp_path, monkeypatch):
+    import podman_enter
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    monkeypatch.setattr(podman_enter, "DIRECTORY", str(shared))
+    assert podman_enter._cache_file("host1") is None
+    monkeypatch.setattr(podman_enter, "DIRECTORY", str(tmp_path / "private"))
+    assert podman_enter._cache_file("host1") == str(tmp_path / "private" / "host1")
+    assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
+    assert podman_enter._cache_file("../etc/passwd") is None  # only podman's container names
+
+
 def test_podman_enter_runs_inside_the_test_host_like_podman_exec_and_follows_a_restart():
     """tests/harness/podman_enter.py (nsenter) against a real test host: same user, hostname, root and
-    exit status as `podman exec`; a restarted container's new init is found; a stopped one answers 125."""
+    exit status as `podman exec`; another process finds the PID in the cache file; a restarted
+    container's new init is found (by both); a stopped one answers 125."""
     import time
 
     import podman_enter
@@ -97,12 +121,14 @@ def test_podman_enter_runs_inside_the_test_host_like_podman_exec_and_follows_a_r
         # The image's system Python keeps the bytecode of Ansible's module zips (tests/harness/zip_pycache.py).
         assert host.sh("python3 -c 'import zipimport; print(zipimport._compile_source.__module__)'").stdout == "zip_pycache\n"
         before = podman_enter.container_pid(host.name)
+        assert another_process_finds(host.name) == str(before)
         subprocess.run(["podman", "restart", "-t", "5", host.name], check=True, capture_output=True)
         deadline = time.monotonic() + 60
         while host.sh("systemctl is-system-running", check=False).stdout.strip() not in ("running", "degraded"):
             assert time.monotonic() < deadline, "the restarted test host did not boot"
             time.sleep(0.5)
-        assert podman_enter.container_pid(host.name) != before
+        after = podman_enter.container_pid(host.name)
+        assert after != before and another_process_finds(host.name) == str(after)
         assert host.sh("cat /proc/1/comm").stdout.strip() == "systemd"
         subprocess.run(["podman", "stop", "-t", "5", host.name], check=True, capture_output=True)
         stopped = host.sh("true", check=False)
