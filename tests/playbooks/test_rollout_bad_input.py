@@ -77,16 +77,16 @@ def test_a_canary_group_named_on_the_command_line_is_checked_too(tmp_path) -> No
 
 def test_rollback_on_a_host_with_no_previous_release_fails_before_any_host_changes(tmp_path) -> None:
     """gpu2 has a previous release on disk; gpu1 never served another one: the whole run stops, naming gpu1."""
-    previous = tmp_path / "opt" / "releases" / "r1"
-    (previous / "venv" / "bin").mkdir(parents=True)
-    (previous / "venv" / "bin" / "python").symlink_to(sys.executable)
+    previous = fake_release(tmp_path / "opt" / "releases" / "r1")  # a release gpu2 can go back to
     hosts = {"gpu1": {"sglang_server_home": str(tmp_path / "state1")}, "gpu2": {"sglang_server_home": str(tmp_path / "state2")}}
     (tmp_path / "state2").mkdir()
     (tmp_path / "state2" / "previous-release").write_text(f"{previous}\n")
     proc = run(tmp_path, "rollback.yml", hosts)
     assert_refused_in_validation(proc, f"gpu1 has no previous release to roll back to: {tmp_path / 'state1'}/previous-release "
                                        "(sglang_server_releases.previous, written when a different release becomes ready) "
-                                       "is missing", {"gpu1": 1, "gpu2": 0})
+                                       "is missing", {"gpu1": 1, "gpu2": 1})
+    # gpu2's own checks passed; the end of the validate-first play stops it, naming gpu1 alone.
+    assert "The settings checks failed on gpu1 (each host's reason is above)" in proc.stdout, proc.stdout[-3000:]
     assert not (tmp_path / "opt" / "current").exists()
 
 

@@ -1,9 +1,12 @@
 """site.yml validates every role on every host before any host changes (playbooks/validate.yml).
 
 A fresh test host (a real systemd container, nothing installed yet; the Hub TEST DOUBLE on its
-loopback for sglang_model's checks) is both a GPU host and a router host. For a bad value of each role, site.yml must fail in its first play, naming the
-variable, with the host's snapshot (files under /etc, /usr, /opt, /var/lib..., dpkg state, holds,
-users) identical before and after: no driver, no build, no user was touched first.
+loopback for sglang_model's checks) is both a GPU host and a router host. For a bad value of each
+role, site.yml must fail in its first play, naming the variable, with the host's snapshot (files under
+/etc, /usr, /opt, /var/lib..., dpkg state, holds, users) identical before and after: no driver, no
+build, no user was touched first. The GPU hosts' cases run as one site.yml run with one inventory host
+per case (tests/harness/bad_inputs.py), beside a host with good settings: every bad host is named in
+that one run, and the good host is stopped too, before any change.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import subprocess
 
 import pytest
 
+import bad_inputs
 from repo import ROOT
 from testhost import SNAPSHOT, TestHost, harness_or_skip
 
@@ -73,8 +77,41 @@ def test_the_same_inventory_without_a_bad_value_passes_validation_unchanged(host
     assert host.sh(SNAPSHOT).stdout == before, "validation changed the host"
 
 
-@pytest.mark.parametrize("extra,expect", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_bad_value_fails_in_the_first_play_with_the_host_unchanged(host, tmp_path, extra, expect):
+GPU_CASES = [c for c in CASES if c[0] != "sglang_router"]
+GOOD = "good-settings"
+
+
+@pytest.fixture(scope="module")
+def batch(host, tmp_path_factory):
+    """site.yml once over a host per GPU case and one with good settings (all aliases of the test host)."""
+    cases = {c[0]: c[1] for c in GPU_CASES} | {GOOD: {}}
+    return bad_inputs.run(host, SITE, cases, tmp_path_factory.mktemp("inventory"), timeout=600)
+
+
+@pytest.mark.parametrize("case,expect", [(c[0], c[2]) for c in GPU_CASES], ids=[c[0] for c in GPU_CASES])
+def test_a_bad_value_fails_in_the_first_play_with_the_host_unchanged(batch, case, expect):
+    assert batch.returncode != 0, batch.out[-3000:]
+    assert expect in batch.failure(case), batch.out[-4000:]
+    assert batch.plays and all(p.startswith("Check the ") for p in batch.plays), \
+        f"a play past validation started: {batch.plays}"
+    assert batch.recap[bad_inputs.alias(case)] == {"ok": batch.recap[bad_inputs.alias(case)]["ok"], "changed": 0,
+                                                   "unreachable": 0, "failed": 1}, batch.out[-3000:]
+    assert batch.unchanged, "the host changed"
+
+
+def test_a_host_with_good_settings_is_stopped_with_the_bad_hosts_named(batch):
+    """The checks ran to the end on every host (each bad one is named above); then the good host stops
+    the run, naming every host whose checks failed."""
+    stop = batch.failure(GOOD)
+    assert "The settings checks failed on " in stop, batch.out[-4000:]
+    named = stop.split("The settings checks failed on ", 1)[1].split(" (each host's reason", 1)[0]
+    assert sorted(named.replace("\n", " ").split(", ")) == sorted(bad_inputs.alias(c[0]) for c in GPU_CASES), stop
+    assert batch.recap[bad_inputs.alias(GOOD)]["changed"] == 0 and batch.recap[bad_inputs.alias(GOOD)]["failed"] == 1
+
+
+@pytest.mark.parametrize("extra,expect", [c[1:] for c in CASES if c not in GPU_CASES],
+                         ids=[c[0] for c in CASES if c not in GPU_CASES])
+def test_a_bad_router_value_fails_in_the_first_play_with_the_host_unchanged(host, tmp_path, extra, expect):
     before = host.sh(SNAPSHOT).stdout
     proc = run(host, tmp_path, SITE, "-e", json.dumps(extra))
     out = proc.stdout + proc.stderr

@@ -1,13 +1,14 @@
-"""Bad sglang_server input fails before any change on a real (container) host, naming the variable."""
+"""Bad sglang_server input fails before any change on a real (container) host, naming the variable.
+
+The cases run as one run of the real playbook, one inventory host per case (tests/harness/bad_inputs.py).
+"""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
+import bad_inputs
 from repo import ROOT
-from testhost import SNAPSHOT
 
 PLAYBOOK = ROOT / "playbooks" / "server.yml"
 
@@ -29,15 +30,18 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("extra,expect", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_fails_before_any_change(testhost, run_playbook, extra, expect):
-    host = testhost
-    before = host.sh(SNAPSHOT).stdout
-    proc = run_playbook(host, PLAYBOOK, "-e", json.dumps(extra))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-3000:]
-    assert expect in out, out[-3000:]
-    assert "changed=0" in out, out[-3000:]
-    assert host.sh(SNAPSHOT).stdout == before, "the host changed"
-    if "leak" in json.dumps(extra):
-        assert "leak" not in out, "a refused secret was printed"
+@pytest.fixture(scope="module")
+def batch(testhost, tmp_path_factory):
+    return bad_inputs.run(testhost, PLAYBOOK, {c[0]: c[1] for c in CASES}, tmp_path_factory.mktemp("inventory"))
+
+
+@pytest.mark.parametrize("case,expect", [(c[0], c[2]) for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_fails_before_any_change(batch, case, expect):
+    assert batch.returncode != 0, batch.out[-3000:]
+    assert expect in batch.failure(case), batch.out[-4000:]
+    assert batch.recap[bad_inputs.alias(case)]["changed"] == 0, batch.out[-3000:]
+    assert batch.unchanged, "the host changed"
+
+
+def test_a_refused_secret_is_never_printed(batch):
+    assert "leak" not in batch.out, "a refused secret was printed"
