@@ -83,10 +83,10 @@ def inventory(path: Path, host: TestHost, cases: dict[str, dict], groups: tuple[
 
 def run(host: TestHost, playbook: Path, cases: dict[str, dict], inventory_dir: Path, *args: str,
         groups: tuple[str, ...] = ("gpu_hosts",), group_vars: dict[str, dict] | None = None,
-        timeout: int = 900) -> Batch:
+        snapshot: str = SNAPSHOT, timeout: int = 900) -> Batch:
     """Run ``playbook`` once over every case; the host's snapshot is taken before and after."""
     inventory(inventory_dir, host, cases, groups, group_vars)
-    before = host.sh(SNAPSHOT).stdout
+    before = host.sh(snapshot).stdout
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
                ANSIBLE_CONNECTION_PLUGINS=str(ROOT / "tests" / "harness" / "connection_plugins"),
                NVIDIA_MIRROR_DIR=str(host.mirror_dir), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
@@ -95,5 +95,5 @@ def run(host: TestHost, playbook: Path, cases: dict[str, dict], inventory_dir: P
     out = proc.stdout + proc.stderr
     recap = {m["host"]: dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()[1:])))
              for m in RECAP.finditer(proc.stdout)}
-    return Batch(proc.returncode, out, failures_by_host(proc.stdout), recap, host.sh(SNAPSHOT).stdout == before,
+    return Batch(proc.returncode, out, failures_by_host(proc.stdout), recap, host.sh(snapshot).stdout == before,
                  re.findall(r"^PLAY \[(.+?)\]", proc.stdout, re.M))

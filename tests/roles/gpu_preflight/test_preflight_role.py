@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+import bad_inputs
 import testhost
 from repo import ROOT
 
@@ -80,12 +81,20 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("extra,expect", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
-def test_bad_input_fails_before_any_change(gpu_testhost, run_playbook, tmp_path, extra, expect):
-    before = gpu_testhost.sh(SNAPSHOT).stdout
-    proc, out, fetched = play(run_playbook, gpu_testhost, tmp_path, **extra)
-    assert proc.returncode != 0, out[-3000:]
-    assert expect in out, out[-3000:]
-    assert recap(out)["changed"] == "0"
-    assert gpu_testhost.sh(SNAPSHOT).stdout == before, "the host changed"
-    assert not fetched.exists()
+@pytest.fixture(scope="module")
+def batch(gpu_testhost, tmp_path_factory):
+    """Every bad case in one run of the playbook, one inventory host each (tests/harness/bad_inputs.py)."""
+    fetch = tmp_path_factory.mktemp("fetched")
+    cases = {name: {**CONTAINER, "gpu_preflight_fetch_dir": str(fetch), **extra} for name, extra, _ in BAD}
+    result = bad_inputs.run(gpu_testhost, PLAYBOOK, cases, tmp_path_factory.mktemp("inventory"), snapshot=SNAPSHOT)
+    return result, fetch
+
+
+@pytest.mark.parametrize("case,expect", [(b[0], b[2]) for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_input_fails_before_any_change(batch, case, expect):
+    result, fetch = batch
+    assert result.returncode != 0, result.out[-3000:]
+    assert expect in result.failure(case), result.out[-4000:]
+    assert result.recap[bad_inputs.alias(case)]["changed"] == 0, result.out[-3000:]
+    assert result.unchanged, "the host changed"
+    assert not any(fetch.iterdir()), "a report was fetched"
