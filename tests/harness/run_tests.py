@@ -41,12 +41,11 @@ class Job:
     log: Path = field(default=Path())
 
 
-# Seconds per job (this machine kind, 2026-12-01, two at a time; make test 3162 s, then the sglang_build
-# lifecycle moved from pytest-1 into molecule sglang_build: estimated).
-EXPECTED = {"molecule-multihost": 1472, "pytest-2": 956, "molecule-sglang_bench": 771, "molecule-default": 660,
-            "pytest-1": 640, "molecule-sglang_build": 560, "molecule-sglang_model": 271,
-            "molecule-sglang_server": 250, "molecule-sglang_eagle3_patch": 118, "molecule-nvidia_cuda": 116,
-            "lint": 105, "molecule-gpu_preflight": 99, "molecule-nvidia_cuda_preinstalled": 67}
+# Seconds per job (this machine kind, 2026-12-02, two at a time, make test 3124 s).
+EXPECTED = {"molecule-multihost": 1509, "pytest-2": 902, "molecule-sglang_bench": 828, "molecule-default": 755,
+            "molecule-sglang_build": 555, "pytest-1": 334, "molecule-sglang_model": 262,
+            "molecule-sglang_server": 249, "molecule-sglang_eagle3_patch": 117, "molecule-nvidia_cuda": 111,
+            "lint": 111, "molecule-gpu_preflight": 100, "molecule-nvidia_cuda_preinstalled": 68}
 
 
 def log(msg: str) -> None:
