@@ -74,6 +74,25 @@ def test_hostsetup_self_check_failure_is_one_line_with_podmans_stderr(tmp_path):
     assert "Error: netavark: No such file or directory (os error 2)" in failed[0]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="podman images of the harness (root)")
+def test_hostsetup_removes_the_images_of_earlier_recipes_only():
+    import hostsetup
+    from testhost import harness_or_skip
+
+    current = harness_or_skip()["image"]
+    old = f"{hostsetup.IMAGE_NAME}:{hostsetup.SUITE}-000000000000"  # an earlier recipe's tag (same layers here)
+    other = "localhost/not-the-testhost:keep"  # another repository is never touched
+    for ref in (old, other):
+        subprocess.run(["podman", "tag", current, ref], check=True, capture_output=True)
+    try:
+        removed = hostsetup.prune_old_images(current)  # also any real image of an earlier recipe here
+        assert old in removed and current not in removed and other not in removed
+        exists = {ref: subprocess.run(["podman", "image", "exists", ref]).returncode == 0 for ref in (current, old, other)}
+        assert exists == {current: True, old: False, other: True}
+    finally:
+        subprocess.run(["podman", "rmi", "--ignore", old, other], capture_output=True)
+
+
 def another_process_finds(name):
     """The PID a new process (as Ansible's worker for each task) finds for a container, with no podman
     on its PATH: from the cache file only."""

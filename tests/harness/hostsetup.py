@@ -197,6 +197,25 @@ def build_image() -> str:
     return ref
 
 
+def prune_old_images(current: str) -> list[str]:
+    """Remove the test-host images of earlier recipes (about 600 MB each): every other tag of
+    IMAGE_NAME. An image a container still uses is kept (podman refuses; said in one line)."""
+    listed = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_NAME],
+                            capture_output=True, text=True)
+    removed = []
+    for ref in sorted(set(listed.stdout.split()) - {current}):
+        if not ref.startswith(IMAGE_NAME + ":"):
+            continue
+        proc = subprocess.run(["podman", "rmi", ref], capture_output=True, text=True)
+        if proc.returncode == 0:
+            removed.append(ref)
+        else:
+            log(f"kept {ref}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'podman rmi failed'}")
+    if removed:
+        log("removed the images of earlier recipes: " + " ".join(removed))
+    return removed
+
+
 CHECK_NET = "sglang-hostcheck"
 CHECK_A, CHECK_B = "sglang-hostcheck-a", "sglang-hostcheck-b"
 
@@ -243,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_packages()
     ensure_containers_conf()
     ref = build_image()
+    prune_old_images(ref)
     took = prove_networking(ref)
     log(f"ready: a container started on a podman network and a second one resolved it by name ({took:.1f} s)")
     print(ref)
