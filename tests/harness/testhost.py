@@ -35,14 +35,30 @@ class TestHost:
     def __init__(self, name: str, image: str, mirror_dir: Path):
         self.name, self.image, self.mirror_dir = name, image, mirror_dir
 
+    def mounts(self) -> list[str]:
+        """podman run's volume arguments: the test mirror, and the model fixtures where they are set."""
+        mounts = ["-v", f"{self.mirror_dir}:/srv/nvidia-mirror:ro"]
+        if os.environ.get("MODEL_FIXTURES_DIR"):
+            mounts += ["-v", f"{os.environ['MODEL_FIXTURES_DIR']}:/srv/hub-fixtures:ro"]
+        return mounts
+
+    def after_boot(self) -> None:
+        """The TEST ONLY services of the host: the mirror, and the Hub double where its fixtures are mounted."""
+        self.install_unit("test-nvidia-mirror", MIRROR_UNIT)
+        if os.environ.get("MODEL_FIXTURES_DIR"):
+            self.install_unit("test-hub-double", HUB_UNIT, wait_url="http://127.0.0.1:8090/_double/stats")
+
+    def install_unit(self, name: str, unit: str, wait_url: str | None = None) -> None:
+        """Install a unit, enable and start it; with wait_url, wait (10 s at most) until that URL answers."""
+        wait = (f" && for i in $(seq 50); do curl -sf {wait_url} >/dev/null && exit 0; sleep 0.2; done; exit 1"
+                if wait_url else "")
+        self.sh(f"cat > /etc/systemd/system/{name}.service <<'EOF'\n{unit}EOF\n"
+                f"systemctl daemon-reload && systemctl enable --now {name}{wait}")
+
     def start(self, boot_timeout: float = 90) -> "TestHost":
         subprocess.run(["podman", "rm", "-f", "--ignore", self.name], check=True, capture_output=True)
-        fixtures = os.environ.get("MODEL_FIXTURES_DIR", "")
-        mounts = ["-v", f"{self.mirror_dir}:/srv/nvidia-mirror:ro"]
-        if fixtures:
-            mounts += ["-v", f"{fixtures}:/srv/hub-fixtures:ro"]
         subprocess.run(["podman", "run", "-d", "--name", self.name, "--hostname", self.name,
-                        "--systemd=always", *mounts, self.image, "/sbin/init"], check=True, capture_output=True)
+                        "--systemd=always", *self.mounts(), self.image, "/sbin/init"], check=True, capture_output=True)
         deadline = time.monotonic() + boot_timeout
         state = ""
         while time.monotonic() < deadline:
@@ -52,13 +68,7 @@ class TestHost:
             time.sleep(0.5)
         else:
             raise RuntimeError(f"{self.name}: systemd not running after {boot_timeout} s ({state})")
-        self.sh(f"cat > /etc/systemd/system/test-nvidia-mirror.service <<'EOF'\n{MIRROR_UNIT}EOF\n"
-                "systemctl daemon-reload && systemctl enable --now test-nvidia-mirror")
-        if fixtures:
-            self.sh(f"cat > /etc/systemd/system/test-hub-double.service <<'EOF'\n{HUB_UNIT}EOF\n"
-                    "systemctl daemon-reload && systemctl enable --now test-hub-double && "
-                    "for i in $(seq 50); do curl -sf http://127.0.0.1:8090/_double/stats >/dev/null && exit 0; "
-                    "sleep 0.2; done; exit 1")
+        self.after_boot()
         return self
 
     def sh(self, script: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ SOURCES_UNIT = (
 
 
 class BuildHost(TestHost):
-    """A TestHost that also mounts the SGLang sources and serves them on its loopback."""
+    """A TestHost that mounts the SGLang sources (not the model fixtures) and serves them on its loopback."""
 
     __test__ = False
 
@@ -30,24 +29,12 @@ class BuildHost(TestHost):
         super().__init__(name, image, mirror_dir)
         self.sources_dir = sources_dir
 
-    def start(self, boot_timeout: float = 90) -> "BuildHost":
-        # As TestHost.start, with the sources mounted too (TestHost takes no extra volumes).
-        subprocess.run(["podman", "rm", "-f", "--ignore", self.name], check=True, capture_output=True)
-        subprocess.run(["podman", "run", "-d", "--name", self.name, "--hostname", self.name, "--systemd=always",
-                        "-v", f"{self.mirror_dir}:/srv/nvidia-mirror:ro",
-                        "-v", f"{self.sources_dir}:/srv/sglang-sources:ro", self.image, "/sbin/init"],
-                       check=True, capture_output=True)
-        deadline = time.monotonic() + boot_timeout
-        while self.sh("systemctl is-system-running", check=False).stdout.strip() not in ("running", "degraded"):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name}: systemd not running after {boot_timeout} s")
-            time.sleep(0.5)
-        self.sh(f"cat > /etc/systemd/system/test-nvidia-mirror.service <<'EOF'\n{MIRROR_UNIT}EOF\n"
-                "systemctl daemon-reload && systemctl enable --now test-nvidia-mirror")
-        self.sh(f"cat > /etc/systemd/system/test-sglang-sources.service <<'EOF'\n{SOURCES_UNIT}EOF\n"
-                "systemctl daemon-reload && systemctl enable --now test-sglang-sources && "
-                "for i in $(seq 50); do curl -sf http://127.0.0.1:8089/sources.json >/dev/null && exit 0; sleep 0.2; done; exit 1")
-        return self
+    def mounts(self) -> list[str]:
+        return ["-v", f"{self.mirror_dir}:/srv/nvidia-mirror:ro", "-v", f"{self.sources_dir}:/srv/sglang-sources:ro"]
+
+    def after_boot(self) -> None:
+        self.install_unit("test-nvidia-mirror", MIRROR_UNIT)
+        self.install_unit("test-sglang-sources", SOURCES_UNIT, wait_url="http://127.0.0.1:8089/sources.json")
 
     def json(self, path: str) -> dict:
         return json.loads(self.sh(f"cat {path}").stdout)
