@@ -64,9 +64,8 @@ def failures_by_host(out: str) -> dict[str, str]:
     return {host: "\n".join(lines) for host, lines in found.items()}
 
 
-def inventory(path: Path, host: TestHost, cases: dict[str, dict], groups: tuple[str, ...] = ("gpu_hosts",),
-              group_vars: dict[str, dict] | None = None) -> Path:
-    """An inventory directory: each case a host (an alias of ``host``) in ``groups``, the demo group_vars."""
+def inventory(path: Path, host: TestHost, cases: dict[str, dict]) -> Path:
+    """An inventory directory: each case a GPU host (an alias of ``host``), the demo group_vars."""
     path.mkdir(parents=True, exist_ok=True)
     link = path / "group_vars"
     if not link.is_symlink():
@@ -76,16 +75,15 @@ def inventory(path: Path, host: TestHost, cases: dict[str, dict], groups: tuple[
              for case, variables in cases.items()}
     if len(hosts) != len(cases):
         raise ValueError("two cases have the same inventory name")
-    doc = {group: {"hosts": hosts, "vars": (group_vars or {}).get(group, {})} for group in groups}
+    doc = {"gpu_hosts": {"hosts": hosts}}
     (path / "hosts.yml").write_text(json.dumps(doc, indent=1))  # JSON is YAML: the values keep their types
     return path
 
 
 def run(host: TestHost, playbook: Path, cases: dict[str, dict], inventory_dir: Path, *args: str,
-        groups: tuple[str, ...] = ("gpu_hosts",), group_vars: dict[str, dict] | None = None,
         snapshot: str = SNAPSHOT, timeout: int = 900) -> Batch:
     """Run ``playbook`` once over every case; the host's snapshot is taken before and after."""
-    inventory(inventory_dir, host, cases, groups, group_vars)
+    inventory(inventory_dir, host, cases)
     before = host.sh(snapshot).stdout
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
                ANSIBLE_CONNECTION_PLUGINS=str(ROOT / "tests" / "harness" / "connection_plugins"),
