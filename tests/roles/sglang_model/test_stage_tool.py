@@ -19,6 +19,7 @@ import pytest
 
 import synthetic_model
 import waiting
+from http_proxy import ForwardProxy
 from model_kit import FIGURES, FILTERS, HUB_VERSION, plan_for, size_of, tool_cli
 
 
@@ -245,6 +246,82 @@ def test_full_verification_alone_reopens_a_corrupted_copy_and_fetches_nothing(st
     double.reset()
     assert stager.ok(spec)["status"] == "staged"
     assert double.stats()["files"] == {"test-org/tiny/config.json": rev.files["config.json"]["size"]}
+
+
+# --------------------------------------------------------------------------- the byte path (the tool's Mover)
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["range", "server-ignores-range"])
+def test_a_body_cut_mid_file_is_resumed_in_the_same_run(stager, hub_root, double, ranges):
+    """A stream that breaks goes on from its last byte (Range), or from byte 0 where the server ignores Range."""
+    rev = revision(hub_root, "test-org/small")
+    spec = stager.spec(rev)
+    shard = "model-00002-of-00003.safetensors"
+    size, cut = rev.files[shard]["size"], 5 << 20
+    double.fault(mode="cut", after_bytes=cut, glob=shard, count=1, ignore_range=not ranges)
+    result = stager.ok(spec)
+    assert result["status"] == "staged" and result["fetched_files"] == len(spec["plan"]["files"])
+    served = double.stats()["files"][f"test-org/small/{shard}"]
+    assert served == (size if ranges else cut + size), served
+    assert double.stats()["requests"]["GET cdn"] == 1 + sum(1 for f in spec["plan"]["files"] if f["sha256"])
+
+
+def test_the_token_goes_to_the_hub_and_never_to_a_cdn_on_another_host(stager, hub_root, double, tmp_path):
+    """The Hub redirects LFS files to a signed CDN URL on another host: fetched without the token."""
+    from model_kit import TOKEN  # noqa: PLC0415
+    double.server.cdn_base = f"http://localhost:{double.port}"  # the same double under another host name
+    rev = revision(hub_root, "test-org/gated")
+    (tmp_path / "token").write_text(TOKEN)
+    spec = stager.spec(rev)
+    spec["source"]["token_file"] = str(tmp_path / "token")
+    assert stager.ok(spec)["status"] == "staged"
+    requests = double.stats()["requests"]
+    assert requests["GET cdn"] == sum(1 for f in spec["plan"]["files"] if f["sha256"]), requests
+    assert "GET cdn with Authorization" not in requests, requests
+
+
+def test_the_mover_follows_a_redirect_to_another_host_without_the_token(hub_root, double, tool_module, tmp_path):
+    """Xet-backed files are fetched from the resolve URL, redirects followed (as the client does)."""
+    from model_kit import TOKEN  # noqa: PLC0415
+    double.server.cdn_base = f"http://localhost:{double.port}"
+    rev = revision(hub_root, "test-org/gated")
+    entry = next(f for f in plan_for(rev)["files"] if f["sha256"])
+    mover = tool_module.Mover({"download_timeout": 10}, 1 << 20)
+    url = f"{double.url}/{rev.repo_id}/resolve/{rev.sha}/{entry['path']}"
+    digest = mover.fetch(url, {"authorization": f"Bearer {TOKEN}"}, tmp_path / "part.incomplete", tmp_path / "done",
+                         entry["size"], entry["path"])
+    assert digest == entry["sha256"] and (tmp_path / "done").stat().st_size == entry["size"]
+    assert not (tmp_path / "part.incomplete").exists()
+    assert double.stats()["requests"] == {"GET resolve": 1, "GET cdn": 1}
+
+
+def test_every_request_goes_through_the_sites_proxy_with_its_credentials(stager, hub_root, double):
+    proxy = ForwardProxy(user="site", password="p@ss word").start()
+    try:
+        rev = revision(hub_root)
+        spec = stager.spec(rev)
+        spec["source"]["proxy_env"] = {"http_proxy": proxy.url, "HTTP_PROXY": proxy.url, "no_proxy": "",
+                                       "NO_PROXY": ""}
+        result = stager.ok(spec)
+        seen = proxy.stats()
+    finally:
+        proxy.stop()
+    assert result["status"] == "staged"
+    served = double.stats()
+    assert seen["refused"] == 0 and seen["bytes"] == served["total_bytes"] == size_of(spec["plan"])
+    # Both HTTP stacks (the client's metadata requests, the Mover's downloads) went through it.
+    assert sum(seen["forwarded"].values()) == sum(served["requests"].values()), (seen, served["requests"])
+    assert served["requests"]["HEAD resolve"] == len(spec["plan"]["files"])
+
+
+def test_metadata_that_disagrees_with_the_plan_fails_before_a_byte(stager, hub_root, double):
+    rev = revision(hub_root)
+    spec = stager.spec(rev)
+    shard = next(f for f in spec["plan"]["files"] if f["sha256"])
+    shard["size"] += 1
+    rc, _r, err, _ = stager.run(spec)
+    assert rc == 1 and f"the Hub describes {shard['path']} as {shard['size'] - 1} bytes" in err, err
+    assert double.stats()["files"].get(f"test-org/tiny/{shard['path']}", 0) == 0
 
 
 # --------------------------------------------------------------------------- failures

@@ -5,8 +5,9 @@ downloads every planned file with 8 transfers at a time to the same filesystem:
 
 - curl, to the page cache; and curl followed by `sync` (the bytes on disk, as the tool leaves them);
 - the client alone: hf_hub_download per file with the tool's transport tuning, nothing else;
-- the staging tool: the client, plus sha256 (or git blob id) of every byte, fsync, journal, manifest,
-  and the Python start (0.4 s).
+- the staging tool: the client's metadata request per file, its bytes moved by the tool's own
+  stdlib mover hashing sha256 as they arrive, fsync, journal, manifest, and the Python start with
+  the client's import (0.4 s, reported apart: a fixed cost per run, not per byte).
 
 Three interleaved rounds, best of each. On this 2-core machine the double, the client and the hashing
 share the cores, so the figures are noisy; the assertion only catches gross regressions.
@@ -92,6 +93,7 @@ def test_staging_throughput_against_curl(bench_hub, hub_python, tmp_path):
             return float(out.stdout.strip().splitlines()[-1])
 
         inside: list[float] = []
+        moving: list[float] = []  # the fetch phase less the client's import and HTTP session
 
         def stage() -> float:
             shutil.rmtree(tmp_path / "models", ignore_errors=True)
@@ -101,6 +103,7 @@ def test_staging_throughput_against_curl(bench_hub, hub_python, tmp_path):
             rc, result, err, elapsed = stager.run(spec)
             assert rc == 0 and result["status"] == "staged", err
             inside.append(result["seconds"])
+            moving.append(result["timing"]["fetch"] - result["timing"].get("client_start", 0))
             return elapsed
 
         # Interleaved rounds, best of each: the machine's other load hits every side alike.
@@ -121,8 +124,13 @@ def test_staging_throughput_against_curl(bench_hub, hub_python, tmp_path):
         f"the client alone (tuned) {mbs(client_s)} = {100 * curl_s / client_s:.0f}% of curl; the staging tool "
         f"(+ hash, fsync, manifest, start) {mbs(stage_s)} = {100 * curl_s / stage_s:.0f}% of curl, "
         f"{100 * curl_sync_s / stage_s:.0f}% of curl + sync; without the Python start {mbs(min(inside))} = "
-        f"{100 * curl_s / min(inside):.0f}% of curl")
+        f"{100 * curl_s / min(inside):.0f}% of curl; the transfer alone (without the client's import) "
+        f"{mbs(min(moving))} = {100 * curl_s / min(moving):.0f}% of curl, {100 * curl_sync_s / min(moving):.0f}% "
+        f"of curl + sync")
     assert served >= 3 * total  # every staging run fetched everything from the double
     # Figures only: a 2-core machine shared with other work is too noisy for a throughput gate; this
     # catches gross regressions (a staging run several times slower than curl with sync).
     assert curl_sync_s / stage_s >= 0.3, FIGURES[-1]
+    # The transfer itself (measured here 86-106% of curl + sync on 2 cores, 160% on 16): a byte path
+    # that fell back to copying in Python (the client's: 34-58% of raw curl) would fall below this.
+    assert curl_sync_s / min(moving) >= 0.5, FIGURES[-1]
