@@ -41,11 +41,11 @@ class Job:
     log: Path = field(default=Path())
 
 
-# Seconds per job (this machine kind, 2026-12-02, two at a time, make test 3124 s).
-EXPECTED = {"molecule-multihost": 1509, "pytest-2": 902, "molecule-sglang_bench": 828, "molecule-default": 755,
-            "molecule-sglang_build": 555, "pytest-1": 334, "molecule-sglang_model": 262,
-            "molecule-sglang_server": 249, "molecule-sglang_eagle3_patch": 117, "molecule-nvidia_cuda": 111,
-            "lint": 111, "molecule-gpu_preflight": 100, "molecule-nvidia_cuda_preinstalled": 68}
+# Seconds per job (this machine kind, 2026-12-02, two at a time, make test 2738 s).
+EXPECTED = {"molecule-multihost": 1443, "pytest-2": 889, "molecule-sglang_bench": 794, "molecule-default": 597,
+            "molecule-sglang_build": 497, "pytest-1": 292, "molecule-sglang_model": 221,
+            "molecule-sglang_server": 201, "molecule-sglang_eagle3_patch": 99, "molecule-nvidia_cuda": 109,
+            "lint": 95, "molecule-gpu_preflight": 80, "molecule-nvidia_cuda_preinstalled": 54}
 
 
 def log(msg: str) -> None:

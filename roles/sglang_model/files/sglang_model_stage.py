@@ -716,9 +716,9 @@ class Mover:
 
     The client (huggingface_hub) still does everything but the bytes: the file's metadata request
     with the vault token (which answers where the bytes are: the Hub itself, a CDN, or Xet's bridge),
-    the headers, and every other file. Its own byte path (httpx, httpcore, h11) copies each piece in
-    Python several times; here each piece is read straight into one buffer (`readinto`), written,
-    hashed and pushed to disk (`sync_file_range`) with the interpreter lock released for all four, so
+    the headers. Its own byte path (httpx, httpcore, h11) copies each piece in Python several times;
+    here each piece is read straight into one buffer (`readinto`), written and hashed, and every
+    WRITEBACK bytes pushed to disk (`sync_file_range`), all with the interpreter lock released, so
     threads overlap on few cores. Measured: README, Throughput.
 
     The partial file is the client's own `.incomplete` (same name, same place), so a download started
@@ -731,6 +731,7 @@ class Mover:
 
     STALLS = 5
     REDIRECTS = 8
+    WRITEBACK = 32 << 20  # bytes between writeback starts (sync_file_range); 0: only the fsync at the end
 
     def __init__(self, source: dict, read_size: int):
         self.timeout = float(source.get("download_timeout", 60))
@@ -869,7 +870,8 @@ class Mover:
                 text = (resp.getheader("X-Error-Message") or resp.read(1 << 12).decode(errors="replace")).strip()
                 raise MoveError(f"{what}: HTTP {resp.status}{' ' + code if code else ''} from {shown(where)}"
                                 f"{': ' + text.splitlines()[0][:200] if text else ''}")
-            sync = getattr(os, "sync_file_range", None)
+            sync = getattr(os, "sync_file_range", None) if self.WRITEBACK else None
+            synced = pos
             while pos < size:
                 n = resp.readinto(view[:min(len(view), size - pos)])
                 if not n:
@@ -879,9 +881,11 @@ class Mover:
                 while written < n:
                     written += os.pwrite(fd, piece[written:], pos + written)
                 h.update(piece)
-                if sync is not None:  # start writing back now; the fsync at the end has little left
-                    sync(fd, pos, n, os.SYNC_FILE_RANGE_WRITE)
                 pos += n
+                if sync is not None and pos - synced >= self.WRITEBACK:
+                    # Start writing back what arrived, in large ranges: the fsync at the end has little left.
+                    sync(fd, synced, pos - synced, os.SYNC_FILE_RANGE_WRITE)
+                    synced = pos
             return pos, h
         finally:
             conn.close()
