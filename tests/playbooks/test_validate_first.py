@@ -122,3 +122,44 @@ def test_a_bad_router_value_fails_in_the_first_play_with_the_host_unchanged(host
     assert re.search(rf"{re.escape(host.name)}\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), \
         out[-3000:]
     assert host.sh(SNAPSHOT).stdout == before, "the host changed"
+
+
+# ------------------------------------------------------------------ roles validate once per run, per values
+
+ONCE = """---
+- name: Validate first
+  ansible.builtin.import_playbook: {validate}
+  vars:
+    sglang_validate_roles: [sglang_server]
+
+- name: The server role in the same run, {what}
+  hosts: gpu_hosts
+  become: true
+  roles:
+    - role: sglang_server
+      vars: {role_vars}
+"""
+
+
+@pytest.mark.parametrize(("what", "role_vars", "validated"), [
+    ("with the values validated above", {}, False),
+    ("with a value changed after validation (a rollout or tuning run's include)", {"sglang_server_tp_size": 3}, True),
+])
+def test_a_role_skips_its_checks_only_for_the_values_this_run_validated(host, tmp_path, what, role_vars, validated):
+    """Validated once per run: the role's own checks run again when its values differ (and then stop
+    the run naming the variable before any change), not when they are the ones already checked."""
+    playbook = tmp_path / "once.yml"
+    playbook.write_text(ONCE.format(validate=ROOT / "playbooks" / "validate.yml", what=what,
+                                    role_vars=json.dumps(role_vars)))
+    before = host.sh(SNAPSHOT).stdout
+    proc = run(host, tmp_path, playbook, "--tags", "sglang_server_validate")  # the checks, none of the changes
+    out = proc.stdout + proc.stderr
+    role_play = out.split("PLAY [The server role in the same run")[1]
+    if validated:
+        assert proc.returncode != 0 and "sglang_server_tp_size" in role_play, out[-4000:]
+    else:
+        assert proc.returncode == 0, out[-4000:]
+        assert re.search(r"TASK \[sglang_server : Validate the server settings[^\n]*\n(?:[^\n]*\n)*?skipping: ",
+                         role_play), role_play[-3000:]
+        assert "TASK [sglang_server : Remember that these sglang_server settings" not in role_play
+    assert host.sh(SNAPSHOT).stdout == before, "the host changed"

@@ -712,7 +712,7 @@ def shown(url: str) -> str:
 
 
 class Mover:
-    """Move one LFS file's bytes over HTTP(S) with the standard library: resumable, hashed, durable.
+    """Move one file's bytes over HTTP(S) with the standard library: resumable, hashed, durable.
 
     The client (huggingface_hub) still does everything but the bytes: the file's metadata request
     with the vault token (which answers where the bytes are: the Hub itself, a CDN, or Xet's bridge),
@@ -736,15 +736,24 @@ class Mover:
     def __init__(self, source: dict, read_size: int):
         self.timeout = float(source.get("download_timeout", 60))
         self.read_size = max(64 << 10, read_size)
-        ca = source.get("ca_bundle") or ""
-        if ca:
-            self.ssl = ssl.create_default_context(cafile=ca)
-        else:
-            self.ssl = ssl.create_default_context()
-            with contextlib.suppress(ImportError, OSError):
-                import certifi  # noqa: PLC0415 (the client's dependency, in its venv)
-                self.ssl.load_verify_locations(certifi.where())
+        self.ca_bundle = source.get("ca_bundle") or ""
+        self._ssl: ssl.SSLContext | None = None
+        self._ssl_lock = threading.Lock()
         self.proxies = urllib.request.getproxies_environment()
+
+    @property
+    def ssl(self) -> ssl.SSLContext:
+        """The TLS context, made at the first https URL (loading CA files costs ~0.1 s)."""
+        with self._ssl_lock:
+            if self._ssl is None:
+                if self.ca_bundle:
+                    self._ssl = ssl.create_default_context(cafile=self.ca_bundle)
+                else:
+                    self._ssl = ssl.create_default_context()
+                    with contextlib.suppress(ImportError, OSError):
+                        import certifi  # noqa: PLC0415 (the client's dependency, in its venv)
+                        self._ssl.load_verify_locations(certifi.where())
+            return self._ssl
 
     def proxy_for(self, u: urllib.parse.SplitResult) -> str | None:
         if urllib.request.proxy_bypass_environment(u.netloc, self.proxies):
