@@ -88,6 +88,20 @@ def test_confidence_outside_zero_one_fails_validation_naming_the_variable(tmp_pa
         assert f"sglang_bench_confidence ({value}) must be a number between 0 and 1" in host_output(proc.stdout, name)
 
 
+def test_poll_interval_outside_one_to_the_timeout_fails_validation_naming_it(tmp_path):
+    """A benchmark is polled every sglang_bench_poll_interval seconds (tasks/run.yml): 0 would never poll,
+    longer than sglang_bench_timeout would never see the timeout."""
+    hosts = {"p_ok": {"sglang_bench_poll_interval": 2}, "p_default": {},
+             "p_zero": {"sglang_bench_poll_interval": 0},
+             "p_long": {"sglang_bench_poll_interval": 700, "sglang_bench_timeout": 600}}
+    proc, recap = ansible_playbook(tmp_path, hosts, VALIDATE_PLAY)
+    out = proc.stdout + proc.stderr
+    assert recap["p_ok"]["failed"] == 0 and recap["p_default"]["failed"] == 0, out[-3000:]
+    for name, value in (("p_zero", 0), ("p_long", 700)):
+        assert recap[name]["failed"] == 1, (name, out[-3000:])
+        assert f"sglang_bench_poll_interval ({value}) between 1 and sglang_bench_timeout" in host_output(proc.stdout, name)
+
+
 def test_role_entry_point_checks_the_types(tmp_path):
     hosts = {"ok": {"sglang_bench_confidence": 0.99, "sglang_bench_fail_inconclusive": True},
              "word": {"sglang_bench_confidence": "high"},
