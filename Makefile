@@ -24,12 +24,14 @@ help:
 	@echo "make test   lint, then pytest and every molecule scenario ($(SCENARIOS)), two at a time"
 	@echo "make lint | pytest | molecule [SCENARIOS=...] | demo-clean | clean"
 
-$(VENV)/.stamp: requirements.txt tests/harness/zip_pycache.py
+$(VENV)/.stamp: requirements.txt tests/harness/zip_pycache.py tests/harness/ansiballz_cache.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
-	# TEST HARNESS: modules Ansible runs on this machine keep their bytecode (tests/harness/zip_pycache.py).
+	# TEST HARNESS: modules Ansible runs on this machine keep their bytecode (tests/harness/zip_pycache.py);
+	# within one `make test`, ansible-playbook runs share the module payloads (tests/harness/ansiballz_cache.py).
 	site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
-	  cp tests/harness/zip_pycache.py "$$site/" && echo "import zip_pycache" > "$$site/zip_pycache.pth"
+	  cp tests/harness/zip_pycache.py tests/harness/ansiballz_cache.py "$$site/" && \
+	  echo "import zip_pycache, ansiballz_cache" > "$$site/zip_pycache.pth"
 	touch $@
 
 venv: $(VENV)/.stamp

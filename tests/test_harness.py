@@ -194,3 +194,56 @@ def test_zip_pycache_reuses_code_by_source_text_and_only_from_a_private_director
     cache.chmod(0o777)
     assert import_from(source, tmpdir) == "compiled"
     assert import_from("VALUE = 'third'\n", tmpdir) == "third" and len(list(cache.iterdir())) == 2
+
+
+def test_ansiballz_cache_shares_a_modules_payload_between_runs_and_searches_again_when_a_module_util_changes(tmp_path):
+    """tests/harness/ansiballz_cache.py (loaded by the venv's .pth, active under `make test`): the first
+    ansible-playbook run stores what Ansible's module_utils search found; the next run uses it (shown by
+    planting other module_util code in the entry); a module_util changed on disk is searched again; with
+    no cache directory set nothing is stored."""
+    import pickle
+    import sysconfig
+
+    harness = ROOT / "tests" / "harness"
+    role = tmp_path / "roles" / "probe"
+    for sub in ("library", "module_utils", "tasks"):
+        (role / sub).mkdir(parents=True)
+    (role / "library" / "probe.py").write_text(
+        "from ansible.module_utils.basic import AnsibleModule\n"
+        "from ansible.module_utils.probe_util import VALUE\n\n\n"
+        "def main():\n    AnsibleModule(argument_spec={}).exit_json(changed=False, value=VALUE)\n\n\n"
+        "if __name__ == '__main__':\n    main()\n")
+    util = role / "module_utils" / "probe_util.py"
+    util.write_text("VALUE = 'first'\n")
+    (role / "tasks" / "main.yml").write_text(
+        "- name: Probe\n  probe:\n  register: probe\n- name: Show\n  ansible.builtin.debug:\n"
+        "    msg: \"VALUE={{ probe.value }}\"\n")
+    (tmp_path / "play.yml").write_text(
+        "- hosts: localhost\n  gather_facts: false\n  connection: local\n  roles: [probe]\n")
+    site = sysconfig.get_paths()["purelib"]
+    code = (f"import sys; sys.path[:0] = [{str(harness)!r}, {site!r}]; import ansiballz_cache; "
+            "from ansible.cli.playbook import main; sys.exit(main())")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def value(cache_dir: str) -> str:
+        env = dict(os.environ, SGLANG_TEST_ANSIBALLZ_CACHE=cache_dir, ANSIBLE_ROLES_PATH=str(tmp_path / "roles"),
+                   ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+        argv = [sys.executable, "-S", "-c", code, "-i", "localhost,", "-e",
+                f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")]
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path).stdout
+        assert "VALUE=" in out, out[-3000:]
+        return out.split("VALUE=", 1)[1].split('"', 1)[0]
+
+    assert value("") == "first" and not list(cache.iterdir())  # not set: nothing stored
+    assert value(str(cache)) == "first"
+    (entry,) = cache.iterdir()
+    entries, metadata, sources = pickle.loads(entry.read_bytes())
+    assert str(util) in [path for path, _ in sources]
+    planted = [(name, b"VALUE = 'from the cache'\n" if name.endswith("probe_util.py") else data) for name, data in entries]
+    assert planted != entries
+    entry.write_bytes(pickle.dumps((planted, metadata, sources)))
+    assert value(str(cache)) == "from the cache"  # the next run used the entry
+    util.write_text("VALUE = 'changed on disk'\n")
+    assert value(str(cache)) == "changed on disk"  # a changed module_util: searched again
+    assert value(str(cache)) == "changed on disk"

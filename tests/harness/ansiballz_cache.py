@@ -1,0 +1,144 @@
+"""TEST HARNESS ONLY: share the module payloads Ansible builds between the ansible-playbook runs of one `make test`.
+
+Why: before a module first runs in an ansible-playbook process, Ansible finds the module_utils it
+imports (parsing the module and every module_util it reaches, basic.py's dozens included) and zips
+them; it keeps the result for that process only. `make test` starts hundreds of ansible-playbook
+processes, each parsing the same sources again: about 0.17 s of CPU per module per run here.
+This hook keeps what that search found (the files it put in the zip and the module's metadata) for
+the length of one `make test`, so that only the first run pays.
+
+Active only where tests/harness/run_tests.py sets SGLANG_TEST_ANSIBALLZ_CACHE (a directory it
+creates for its own run and removes at the end), in the harness's own venv (the Makefile installs
+it beside zip_pycache.py, through the same ``.pth``): never on a user's machine, and `make demo`,
+`make molecule` and a lone pytest build their payloads as Ansible does. What a module gets is
+unchanged: an entry is found only for the same Ansible, Python, module name and source, module_utils
+search path and collection paths, and is used only while every module_util file it holds has the size
+and mtime it had (a changed one: searched again). Any error falls back to Ansible's own search.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+DIRECTORY = os.environ.get("SGLANG_TEST_ANSIBALLZ_CACHE", "")
+TARGET = "ansible.executor.module_common"
+
+
+class _Recorder:
+    """Stands in for the zip: records what recursive_finder writes, and writes it through."""
+
+    def __init__(self, zf):
+        self._zf = zf
+        self.entries: list[tuple[str, bytes]] = []
+
+    def writestr(self, zinfo, data):
+        raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
+        self.entries.append((zinfo.filename if hasattr(zinfo, "filename") else str(zinfo), raw))
+        return self._zf.writestr(zinfo, raw)
+
+    def __getattr__(self, name):
+        return getattr(self._zf, name)
+
+
+def _key(mc, name, module_fqn, module_data, extension_manager) -> str:
+    import hashlib  # noqa: PLC0415
+
+    from ansible import __version__  # noqa: PLC0415
+    from ansible.utils.collection_loader import AnsibleCollectionConfig  # noqa: PLC0415
+
+    paths = [p for p in mc.module_utils_loader._get_paths(subdirs=False) if os.path.isdir(p)]
+    parts = [__version__, sys.version, name, module_fqn, repr(paths), repr(list(AnsibleCollectionConfig.collection_paths or [])),
+             repr(sorted(extension_manager.module_names)), repr(extension_manager.extension_names)]
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape"))
+    digest.update(b"\0" + (module_data if isinstance(module_data, (bytes, bytearray)) else str(module_data).encode()))
+    return digest.hexdigest()
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_size, info.st_mtime_ns
+
+
+def _patch(mc) -> None:
+    import pickle  # noqa: PLC0415
+
+    real = mc.recursive_finder
+
+    def recursive_finder(name, module_fqn, module_data, zf, date_time, extension_manager):
+        if extension_manager.debugger_enabled:
+            return real(name, module_fqn, module_data, zf, date_time, extension_manager)
+        try:
+            path = os.path.join(DIRECTORY, _key(mc, name, module_fqn, bytes(module_data), extension_manager))
+            with open(path, "rb") as fh:
+                entries, metadata, sources = pickle.load(fh)
+            if any(_stamp(source) != stamp for source, stamp in sources):
+                raise FileNotFoundError(path)  # a module_util changed since: search again
+        except FileNotFoundError:
+            pass
+        except Exception:  # noqa: BLE001  (anything unexpected: Ansible's own search)
+            return real(name, module_fqn, module_data, zf, date_time, extension_manager)
+        else:
+            for filename, data in entries:
+                zf.writestr(mc._make_zinfo(filename, date_time, zf=zf), data)
+            return metadata
+        recorder = _Recorder(zf)
+        parsed: list[str | None] = []
+        compile_ast = mc._compile_module_ast
+
+        def compile_and_note(module_name, source_code):
+            origin = mc.Origin.get_tag(source_code)
+            parsed.append(origin.path if origin else None)
+            return compile_ast(module_name, source_code)
+
+        mc._compile_module_ast = compile_and_note
+        try:
+            metadata = real(name, module_fqn, module_data, recorder, date_time, extension_manager)
+        finally:
+            mc._compile_module_ast = compile_ast
+        try:
+            # Every file the search parsed (the module itself and each module_util), with its size and
+            # mtime: an entry whose files changed is not used. A source without a path is not cached.
+            files = parsed[1:]
+            if all(files):
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "wb") as fh:
+                    pickle.dump((recorder.entries, metadata, [(f, _stamp(f)) for f in files]), fh)
+                os.replace(tmp, path)
+        except Exception:  # noqa: BLE001  (no entry: the next run searches again)
+            pass
+        return metadata
+
+    mc.recursive_finder = recursive_finder
+
+
+class _Finder:
+    """Patches the module when it is first imported (nothing of Ansible is imported before)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != TARGET:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util  # noqa: PLC0415
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            try:
+                _patch(module)
+            except Exception:  # noqa: BLE001  (Ansible unchanged)
+                pass
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+if DIRECTORY and os.path.isdir(DIRECTORY) and TARGET not in sys.modules:
+    sys.meta_path.insert(0, _Finder())
