@@ -4,13 +4,13 @@
     {{ 'fd00::5' | sglang_common_url(30000, 'https') }}   -> https://[fd00::5]:30000
     {{ proxy_env | sglang_common_pip_env(index_url=..., find_links=[...], ca_bundle=...) }}
         -> pip's options as its PIP_* environment variables, merged over the proxy variables
-    {{ local_files | sglang_common_stale_files(find_result.files, dest) }}
-        -> the controller's files whose copy under dest is missing or differs (content, mode, owner)
+    {{ local_files | sglang_common_file_payloads }}
+        -> [{name, content (base64)}] of the controller's files, for the module sglang_common_files
 """
 
 from __future__ import annotations
 
-import hashlib
+import base64
 import ipaddress
 import os
 
@@ -63,27 +63,22 @@ def sglang_common_pip_env(proxy_env=None, index_url="", extra_index_urls=(), fin
     return env
 
 
-def sglang_common_stale_files(local_files, installed, dest, mode="0644", owner="root", group="root"):
-    """The files of local_files (paths on the controller) whose copy dest/<basename> on the host is
-    missing or differs in content (SHA-1, as ansible.builtin.find's get_checksum reports it), mode or
-    owner. installed is find's `files` list for dest."""
-    by_path = {entry.get("path"): entry for entry in installed or []}
-    stale = []
+def sglang_common_file_payloads(local_files):
+    """The files of local_files (paths on the controller) as the module sglang_common_files takes them:
+    [{name: basename, content: base64 of the bytes}]."""
+    payloads = []
     for local in local_files or []:
         local = str(local)
         try:
             with open(local, "rb") as handle:
-                digest = hashlib.sha1(handle.read()).hexdigest()  # noqa: S324 - find's checksum, not security
+                data = handle.read()
         except OSError as exc:
-            raise AnsibleFilterError(f"sglang_common_stale_files: cannot read {local}: {exc.strerror}") from None
-        entry = by_path.get(f"{str(dest).rstrip('/')}/{os.path.basename(local)}")
-        if (entry is None or entry.get("checksum") != digest or entry.get("mode") != mode
-                or entry.get("pw_name") != owner or entry.get("gr_name") != group):
-            stale.append(local)
-    return stale
+            raise AnsibleFilterError(f"sglang_common_file_payloads: cannot read {local}: {exc.strerror}") from None
+        payloads.append({"name": os.path.basename(local), "content": base64.b64encode(data).decode("ascii")})
+    return payloads
 
 
 class FilterModule:
     def filters(self):
         return {"sglang_common_url": sglang_common_url, "sglang_common_pip_env": sglang_common_pip_env,
-                "sglang_common_stale_files": sglang_common_stale_files}
+                "sglang_common_file_payloads": sglang_common_file_payloads}

@@ -1,13 +1,13 @@
-"""sglang_common's `package` entry point and its filter sglang_common_stale_files, run for real by
-ansible-playbook on this machine (local connection, into a temporary directory): the first run
-installs every file, a second changes nothing, a file changed on the host is the only one copied
-back, a file the package stopped shipping is removed, and check mode reports without writing."""
+"""sglang_common's `package` entry point (its module sglang_common_files and the filter
+sglang_common_file_payloads), run for real by ansible-playbook on this machine (local connection, into a
+temporary directory): the first run installs every file, a second changes nothing, a file changed on the
+host is the only one written again, a file the package stopped shipping is removed, and check mode
+reports (with --diff, what it would write and remove) without writing."""
 
-import hashlib
+import base64
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -38,24 +38,16 @@ PLAY = """---
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the entry point installs root-owned files")
 
 
-def entry(installed_dir: Path, name: str, data: bytes, mode="0644", owner="root") -> dict:
-    return {"path": f"{installed_dir}/{name}", "checksum": hashlib.sha1(data).hexdigest(), "mode": mode,
-            "pw_name": owner, "gr_name": "root"}
-
-
-def test_stale_files_compares_content_mode_and_owner(tmp_path):
+def test_file_payloads_carry_each_files_name_and_exact_bytes(tmp_path):
     src = tmp_path / "pkg"
     src.mkdir()
-    for name in ("a.py", "b.py", "c.py", "d.py"):
-        (src / name).write_bytes(name.encode() * 3)
-    dest = "/opt/x/pkg"
-    installed = [entry(dest, "a.py", b"a.py" * 3), entry(dest, "b.py", b"changed"),
-                 entry(dest, "c.py", b"c.py" * 3, mode="0666"), entry(dest, "zz.py", b"gone")]
-    stale = common.sglang_common_stale_files([str(src / n) for n in ("a.py", "b.py", "c.py", "d.py")], installed, dest + "/")
-    assert [Path(p).name for p in stale] == ["b.py", "c.py", "d.py"]  # a.py is current; d.py is missing
-    assert common.sglang_common_stale_files([str(src / "a.py")], [entry(dest, "a.py", b"a.py" * 3, owner="nobody")], dest)
+    (src / "a.py").write_bytes(b"A = 1\n\n")  # trailing newlines kept
+    (src / "b.json").write_bytes(b'{"x": "\xc3\xa9"}')
+    payloads = common.sglang_common_file_payloads([str(src / "a.py"), src / "b.json"])
+    assert [p["name"] for p in payloads] == ["a.py", "b.json"]
+    assert [base64.b64decode(p["content"]) for p in payloads] == [b"A = 1\n\n", b'{"x": "\xc3\xa9"}']
     with pytest.raises(common.AnsibleFilterError, match="cannot read .*missing.py"):
-        common.sglang_common_stale_files([str(src / "missing.py")], [], dest)
+        common.sglang_common_file_payloads([str(src / "missing.py")])
 
 
 def run(tmp_path, files, dest, *extra):
@@ -95,13 +87,19 @@ def test_package_entry_installs_only_what_differs_and_removes_what_is_gone(tmp_p
     (dest / "m2.py").write_text("VALUE = 'edited on the host'\n")
     (dest / "m3.py").chmod(0o600)
     (dest / "old.py").write_text("shipped by an earlier version\n")
+    inodes = {p.name: p.stat().st_ino for p in dest.iterdir()}
     changed, out = run(tmp_path, files, dest, "--check", "--diff")
     assert "package changed: True" in out and (dest / "old.py").exists() and "edited" in (dest / "m2.py").read_text()
+    assert "-VALUE = 'edited on the host'" in out and "+VALUE = 2" in out, out[-3000:]  # the diff of what it would write
+    assert "-shipped by an earlier version" in out and "old.py (removed)" in out, out[-3000:]
+    assert {p.name: p.stat().st_ino for p in dest.iterdir()} == inodes
     changed, out = run(tmp_path, files, dest)
-    copied = re.findall(r"changed: \[localhost\] => \(item=pkg/(m\d\.py)\)", out)
-    assert copied == ["m2.py", "m3.py"], out[-3000:]
+    # Written again (a new file renamed over the old): only the two that differed; the rest untouched.
+    rewritten = sorted(name for name, ino in inodes.items() if (dest / name).exists() and (dest / name).stat().st_ino != ino)
+    assert rewritten == ["m2.py", "m3.py"], out[-3000:]
     assert (dest / "m2.py").read_text() == "VALUE = 2\n" and oct((dest / "m3.py").stat().st_mode & 0o777) == "0o644"
     assert not (dest / "old.py").exists()
+    assert not [p.name for p in dest.iterdir() if p.name.startswith(".")]  # no temporary file left
     assert run(tmp_path, files, dest)[0] == 0
 
 
