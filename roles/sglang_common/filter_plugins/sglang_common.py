@@ -63,9 +63,9 @@ def sglang_common_pip_env(proxy_env=None, index_url="", extra_index_urls=(), fin
     return env
 
 
-def sglang_common_file_payloads(local_files):
+def sglang_common_file_payloads(local_files, mode=None):
     """The files of local_files (paths on the controller) as the module sglang_common_files takes them:
-    [{name: basename, content: base64 of the bytes}]."""
+    [{name: basename, content: base64 of the bytes}], each with mode when given (else the module's)."""
     payloads = []
     for local in local_files or []:
         local = str(local)
@@ -74,7 +74,10 @@ def sglang_common_file_payloads(local_files):
                 data = handle.read()
         except OSError as exc:
             raise AnsibleFilterError(f"sglang_common_file_payloads: cannot read {local}: {exc.strerror}") from None
-        payloads.append({"name": os.path.basename(local), "content": base64.b64encode(data).decode("ascii")})
+        payload = {"name": os.path.basename(local), "content": base64.b64encode(data).decode("ascii")}
+        if mode is not None:
+            payload["mode"] = str(mode)
+        payloads.append(payload)
     return payloads
 
 

@@ -21,12 +21,13 @@ options:
     type: path
     required: true
   files:
-    description: The files, each C(name) (a file name, no directory) and C(content) (base64).
+    description: The files, each C(name) (a file name, no directory), C(content) (base64) and optionally
+      C(mode) (else I(mode)).
     type: list
     elements: dict
     required: true
   mode:
-    description: Mode of every file.
+    description: Mode of every file that gives none.
     type: str
     default: "0644"
   dir_mode:
@@ -135,7 +136,8 @@ def main():
     p = module.params
     dest = p["dest"]
     try:
-        mode, dir_mode = int(p["mode"], 8), int(p["dir_mode"], 8)
+        dir_mode = int(p["dir_mode"], 8)
+        int(p["mode"], 8)
     except ValueError:
         module.fail_json(msg=f"mode {p['mode']!r} and dir_mode {p['dir_mode']!r} must be octal strings such as '0644'")
     try:
@@ -144,8 +146,13 @@ def main():
         module.fail_json(msg=f"unknown owner or group on this host: {exc}")
 
     wanted: dict[str, bytes] = {}
+    modes: dict[str, int] = {}
     for i, item in enumerate(p["files"]):
         name, content = item.get("name"), item.get("content")
+        try:
+            modes[str(name)] = int(str(item.get("mode") or p["mode"]), 8)
+        except ValueError:
+            module.fail_json(msg=f"files[{i}].mode {item.get('mode')!r} must be an octal string such as '0644'")
         if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
             module.fail_json(msg=f"files[{i}].name must be a file name without a directory, got {name!r}")
         if name in wanted:
@@ -166,7 +173,7 @@ def main():
         if current is not None:
             old, info = current
             if (stat.S_ISREG(info.st_mode) and old == data
-                    and (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (mode, uid, gid)):
+                    and (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (modes[name], uid, gid)):
                 continue
         written.append(name)
         before = _text(current[0]) if current is not None else ""
@@ -194,7 +201,7 @@ def main():
                 os.chown(dest, uid, gid)
                 os.chmod(dest, dir_mode)
             for name in written:
-                _write(dest, name, wanted[name], mode, uid, gid)
+                _write(dest, name, wanted[name], modes[name], uid, gid)
                 done.append(name)
             for name in removed:
                 os.unlink(os.path.join(dest, name))

@@ -5,6 +5,7 @@ host is the only one written again, a file the package stopped shipping is remov
 reports (with --diff, what it would write and remove) without writing."""
 
 import base64
+import json
 import os
 import re
 import subprocess
@@ -115,3 +116,79 @@ def test_an_empty_file_list_fails_before_anything_changes(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "sglang_common_package_files is empty" in proc.stdout + proc.stderr
     assert (dest / "keep.py").read_text() == "installed earlier\n"
+
+
+TOOLS_PLAY = """---
+- name: Install the shared tools with sglang_common
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
+  tasks:
+    - name: Install them
+      ansible.builtin.include_role:
+        name: sglang_common
+        tasks_from: tools
+      vars:
+        sglang_common_tools_dir: {dest}
+    - name: Say whether they changed
+      ansible.builtin.debug:
+        msg: "tools changed: {{{{ sglang_common_tools_changed }}}}"
+"""
+
+
+def test_tools_entry_installs_the_shared_tools_beside_other_roles_tools(tmp_path):
+    dest = tmp_path / "host" / "bin"
+    dest.mkdir(parents=True)
+    (dest / "other_role_tool.py").write_text("another role's tool\n")
+    play = tmp_path / "tools.yml"
+    play.write_text(TOOLS_PLAY.format(dest=dest))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
+    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
+
+    def run_tools():
+        proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(play)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        return proc.stdout
+
+    assert "tools changed: True" in run_tools()
+    launcher = dest / "sglang_launch.py"
+    assert launcher.read_bytes() == (ROLES / "sglang_common" / "files" / "sglang_launch.py").read_bytes()
+    assert oct(launcher.stat().st_mode & 0o777) == "0o755"
+    assert (dest / "other_role_tool.py").read_text() == "another role's tool\n"  # not exclusive: kept
+    assert "tools changed: False" in run_tools()
+
+
+def test_module_takes_a_mode_per_file_and_refuses_bad_names_and_modes(tmp_path):
+    """library/sglang_common_files.py through ansible-playbook: a file's own mode wins over the default;
+    a name with a directory, a name listed twice and a mode that is not octal fail, writing nothing."""
+    dest = tmp_path / "host" / "tools"
+    library = ROLES / "sglang_common" / "library"
+    env = dict(os.environ, ANSIBLE_LIBRARY=str(library), ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
+
+    def install(files):
+        play = tmp_path / "module.yml"
+        play.write_text(
+            "- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+            "  vars:\n    ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n"
+            f"  tasks:\n    - sglang_common_files:\n        dest: {dest}\n        exclusive: false\n"
+            f"        files: {json.dumps(files)}\n")
+        return subprocess.run(["ansible-playbook", "-i", "localhost,", str(play)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    def b64(text):
+        return base64.b64encode(text.encode()).decode()
+
+    for bad, named in (([{"name": "sub/x.py", "content": b64("x")}], "without a directory"),
+                       ([{"name": "x.py", "content": b64("x")}] * 2, "listed twice"),
+                       ([{"name": "x.py", "content": b64("x"), "mode": "rwx"}], "octal")):
+        proc = install(bad)
+        assert proc.returncode != 0 and named in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+        assert not dest.exists()
+    proc = install([{"name": "tool.py", "content": b64("print(1)\n"), "mode": "0755"}, {"name": "facts.json", "content": b64("{}")}])
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+    assert oct((dest / "tool.py").stat().st_mode & 0o777) == "0o755"
+    assert oct((dest / "facts.json").stat().st_mode & 0o777) == "0o644"
