@@ -17,24 +17,28 @@ from repo import ROLES, load
 common = load(ROLES / "sglang_common" / "filter_plugins" / "sglang_common.py")
 
 PLAY = """---
-- name: Install a package with sglang_common
+- name: Run an entry point of sglang_common
   hosts: localhost
   connection: local
   gather_facts: false
   vars:
     ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
   tasks:
-    - name: Install it
+    - name: Run it
       ansible.builtin.include_role:
         name: sglang_common
-        tasks_from: package
-      vars:
-        sglang_common_package_files: {files}
-        sglang_common_package_dest: {dest}
+        tasks_from: {entry}
+      vars: {settings}
     - name: Say whether it changed
       ansible.builtin.debug:
-        msg: "package changed: {{{{ sglang_common_package_changed }}}}"
+        msg: "{entry} changed: {{{{ sglang_common_{entry}_changed }}}}"
 """
+
+
+def package_play(files, dest) -> str:
+    return PLAY.format(entry="package", settings=json.dumps(
+        {"sglang_common_package_files": [str(f) for f in files], "sglang_common_package_dest": str(dest)}))
+
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the entry point installs root-owned files")
 
@@ -53,7 +57,7 @@ def test_file_payloads_carry_each_files_name_and_exact_bytes(tmp_path):
 
 def run(tmp_path, files, dest, *extra):
     play = tmp_path / "play.yml"
-    play.write_text(PLAY.format(files=[str(f) for f in files], dest=dest))
+    play.write_text(package_play(files, dest))
     (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
     proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(play), *extra], cwd=tmp_path, env=env,
@@ -109,7 +113,7 @@ def test_an_empty_file_list_fails_before_anything_changes(tmp_path):
     dest.mkdir(parents=True)
     (dest / "keep.py").write_text("installed earlier\n")
     play = tmp_path / "play.yml"
-    play.write_text(PLAY.format(files=[], dest=dest))
+    play.write_text(package_play([], dest))
     (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
     proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(play)], cwd=tmp_path, env=env,
@@ -118,32 +122,12 @@ def test_an_empty_file_list_fails_before_anything_changes(tmp_path):
     assert (dest / "keep.py").read_text() == "installed earlier\n"
 
 
-TOOLS_PLAY = """---
-- name: Install the shared tools with sglang_common
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  vars:
-    ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
-  tasks:
-    - name: Install them
-      ansible.builtin.include_role:
-        name: sglang_common
-        tasks_from: tools
-      vars:
-        sglang_common_tools_dir: {dest}
-    - name: Say whether they changed
-      ansible.builtin.debug:
-        msg: "tools changed: {{{{ sglang_common_tools_changed }}}}"
-"""
-
-
 def test_tools_entry_installs_the_shared_tools_beside_other_roles_tools(tmp_path):
     dest = tmp_path / "host" / "bin"
     dest.mkdir(parents=True)
     (dest / "other_role_tool.py").write_text("another role's tool\n")
     play = tmp_path / "tools.yml"
-    play.write_text(TOOLS_PLAY.format(dest=dest))
+    play.write_text(PLAY.format(entry="tools", settings=json.dumps({"sglang_common_tools_dir": str(dest)})))
     (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
 
