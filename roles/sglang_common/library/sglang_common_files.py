@@ -96,8 +96,10 @@ def _current(path: str) -> tuple[bytes, os.stat_result] | None:
         info = os.lstat(path)
     except FileNotFoundError:
         return None
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(path)
     if not stat.S_ISREG(info.st_mode):
-        return b"", info  # a link or a directory in the way: replaced
+        return b"", info  # a link or a special file in the way: replaced
     with open(path, "rb") as fh:
         return fh.read(), info
 
@@ -136,8 +138,7 @@ def main():
     p = module.params
     dest = p["dest"]
     try:
-        dir_mode = int(p["dir_mode"], 8)
-        int(p["mode"], 8)
+        dir_mode, default_mode = int(p["dir_mode"], 8), int(p["mode"], 8)
     except ValueError:
         module.fail_json(msg=f"mode {p['mode']!r} and dir_mode {p['dir_mode']!r} must be octal strings such as '0644'")
     try:
@@ -150,7 +151,7 @@ def main():
     for i, item in enumerate(p["files"]):
         name, content = item.get("name"), item.get("content")
         try:
-            modes[str(name)] = int(str(item.get("mode") or p["mode"]), 8)
+            modes[str(name)] = int(str(item["mode"]), 8) if item.get("mode") else default_mode
         except ValueError:
             module.fail_json(msg=f"files[{i}].mode {item.get('mode')!r} must be an octal string such as '0644'")
         if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
@@ -169,7 +170,10 @@ def main():
     dir_changed = dir_info is None or (stat.S_IMODE(dir_info.st_mode), dir_info.st_uid, dir_info.st_gid) != (dir_mode, uid, gid)
 
     for name, data in wanted.items():
-        current = None if dir_info is None else _current(os.path.join(dest, name))
+        try:
+            current = None if dir_info is None else _current(os.path.join(dest, name))
+        except IsADirectoryError:
+            module.fail_json(msg=f"{os.path.join(dest, name)} is a directory; nothing was changed")
         if current is not None:
             old, info = current
             if (stat.S_ISREG(info.st_mode) and old == data

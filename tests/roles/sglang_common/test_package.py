@@ -176,3 +176,8 @@ def test_module_takes_a_mode_per_file_and_refuses_bad_names_and_modes(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
     assert oct((dest / "tool.py").stat().st_mode & 0o777) == "0o755"
     assert oct((dest / "facts.json").stat().st_mode & 0o777) == "0o644"
+    # A directory where a file is to go: refused before anything is written (the other file stays as it was).
+    (dest / "sub.py").mkdir()
+    proc = install([{"name": "tool.py", "content": b64("print(2)\n")}, {"name": "sub.py", "content": b64("x")}])
+    assert proc.returncode != 0 and "sub.py is a directory; nothing was changed" in proc.stdout + proc.stderr
+    assert (dest / "tool.py").read_text() == "print(1)\n" and (dest / "sub.py").is_dir()
