@@ -11,10 +11,11 @@ from repo import ROOT
 from steps import StepFailed, guarded, run
 
 
-def test_empty_file_gets_both_sections():
+def test_empty_file_gets_every_section():
     out = merge_ini("", CONTAINERS_SETTINGS)
     assert '[containers]\ndefault_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]' in out
     assert '[engine]\nruntime = "runc"' in out
+    assert '[network]\nnetwork_backend = "netavark"' in out
 
 
 def test_existing_values_replaced_in_place_and_others_kept():
@@ -28,6 +29,7 @@ def test_existing_values_replaced_in_place_and_others_kept():
 def test_merge_is_idempotent():
     once = merge_ini('[network]\nx = 1\n', CONTAINERS_SETTINGS)
     assert merge_ini(once, CONTAINERS_SETTINGS) == once
+    assert once.count("[network]") == 1 and "x = 1" in once and 'network_backend = "netavark"' in once
 
 
 def test_a_failing_step_names_itself_and_keeps_the_tools_stderr():

@@ -8,7 +8,10 @@ and says so. Steps:
    depend on: without it every ``podman run`` fails with "netavark: No such file or
    directory"), debootstrap, apt-utils (apt-ftparchive), gnupg, uidmap.
 2. /etc/containers/containers.conf: lowered default ulimits and the runc runtime
-   (without them every container fails to start on this machine kind).
+   (without them every container fails to start on this machine kind), and netavark named
+   as the network backend (podman 4.3 otherwise guesses it on its first run, warning about
+   Debian's CNI example file, and would pick CNI, which has no name resolution, on a machine
+   that has CNI networks).
 3. The test-host image, built with debootstrap and imported with ``podman import``;
    its tag carries a hash of the recipe, so it is rebuilt only when the recipe changes.
 4. Proof, before saying ready: two throwaway containers on a throwaway podman network,
@@ -43,6 +46,7 @@ CONTAINERS_CONF = Path("/etc/containers/containers.conf")
 CONTAINERS_SETTINGS = {
     "containers": {"default_ulimits": '["nofile=4096:4096", "nproc=4096:4096"]'},
     "engine": {"runtime": '"runc"'},
+    "network": {"network_backend": '"netavark"'},
 }
 
 IMAGE_NAME = "localhost/sglang-testhost"
@@ -141,13 +145,14 @@ def ensure_containers_conf() -> None:
     current = CONTAINERS_CONF.read_text() if CONTAINERS_CONF.exists() else ""
     wanted = merge_ini(current, CONTAINERS_SETTINGS)
     if wanted == current:
-        log(f"{CONTAINERS_CONF}: already has the ulimits and the runc runtime")
+        log(f"{CONTAINERS_CONF}: already has the ulimits, the runc runtime and the netavark backend")
         return
     CONTAINERS_CONF.parent.mkdir(parents=True, exist_ok=True)
     tmp = CONTAINERS_CONF.with_suffix(".conf.tmp")
     tmp.write_text(wanted)
     os.replace(tmp, CONTAINERS_CONF)
-    log(f"{CONTAINERS_CONF}: wrote default_ulimits and runtime=runc (host configuration changed)")
+    log(f"{CONTAINERS_CONF}: wrote default_ulimits, runtime=runc and network_backend=netavark "
+        "(host configuration changed)")
 
 
 def recipe_hash() -> str:
