@@ -91,34 +91,49 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _t_dist():
+    """(cdf, ppf) of Student's t: scipy.special's stdtr and stdtrit, what scipy.stats.t calls
+    (scipy.special imports in a quarter of the time scipy.stats takes: this runs once per bench)."""
+    from scipy import special
+
+    return special.stdtr, special.stdtrit
+
+
+def _nct_sf():
+    """The survival function of the noncentral t, sf(x, df, nc): Boost's, the ufunc that
+    scipy.stats.nct.sf calls (scipy is pinned in requirements.txt; the tests compare the two)."""
+    from scipy.special import _ufuncs
+
+    return _ufuncs._nct_sf
+
+
 def t_test(new: list[float], ref: list[float] | None, ref_mean: float, confidence: float) -> dict:
     """Difference of means (new - reference), its confidence interval, the test and its p-value.
 
     ``ref`` None: the reference is the constant ``ref_mean`` (one-sample t-test); otherwise
-    Welch's t-test of the two samples. A sample without spread (all runs equal) is exact.
+    Welch's t-test of the two samples (Welch-Satterthwaite degrees of freedom). A sample
+    without spread (all runs equal) is exact.
     """
-    from scipy import stats
-
     diff = statistics.fmean(new) - ref_mean
     spread = statistics.variance(new) + (statistics.variance(ref) if ref is not None else 0.0)
     if spread == 0:
         return {"diff": diff, "ci": (diff, diff), "p": 1.0 if diff == 0 else 0.0, "df": None}
+    a = statistics.variance(new) / len(new)
     if ref is None:
-        res = stats.ttest_1samp(new, ref_mean)
-        ci = res.confidence_interval(confidence)
-        low, high = ci.low - ref_mean, ci.high - ref_mean
+        se, df = math.sqrt(a), len(new) - 1.0
     else:
-        res = stats.ttest_ind(new, ref, equal_var=False)
-        ci = res.confidence_interval(confidence)
-        low, high = ci.low, ci.high
-    return {"diff": diff, "ci": (float(low), float(high)), "p": float(res.pvalue), "df": _finite(float(res.df))}
+        b = statistics.variance(ref) / len(ref)
+        se = math.sqrt(a + b)
+        df = (a + b) ** 2 / (a ** 2 / (len(new) - 1) + b ** 2 / (len(ref) - 1))
+    cdf, ppf = _t_dist()
+    half = float(ppf(df, 0.5 + confidence / 2)) * se
+    p = 2 * float(cdf(df, -abs(diff) / se))
+    return {"diff": diff, "ci": (diff - half, diff + half), "p": min(1.0, p), "df": _finite(df)}
 
 
 def power(diff: float, var_new: float, var_ref: float | None, n: int, confidence: float) -> float:
     """Power of the two-sided t-test (Welch's, or one-sample when var_ref is None) with n runs
     per session to detect a true difference ``diff``, given the run-to-run variances."""
-    from scipy import stats
-
     if var_ref is None:
         se2, df = var_new / n, n - 1.0
     else:
@@ -127,10 +142,12 @@ def power(diff: float, var_new: float, var_ref: float | None, n: int, confidence
     if se2 == 0:
         return 1.0 if diff else 0.0
     ncp = abs(diff) / math.sqrt(se2)
-    crit = stats.t.ppf(1 - (1 - confidence) / 2, df)
+    crit = float(_t_dist()[1](df, 1 - (1 - confidence) / 2))
     # P(T > crit) + P(T < -crit) for T ~ noncentral t(df, ncp); the lower tail as the upper tail
-    # of -T ~ nct(df, -ncp), since scipy's nct.cdf far below a large ncp returns nan.
-    return float(stats.nct.sf(crit, df, ncp) + stats.nct.sf(crit, df, -ncp))
+    # of -T ~ nct(df, -ncp), since scipy's nct.cdf (and scipy.special.nctdtr) far below a large
+    # ncp returns nan.
+    sf = _nct_sf()
+    return min(1.0, sum(max(0.0, float(sf(crit, df, nc))) for nc in (ncp, -ncp)))
 
 
 def runs_needed(diff: float, var_new: float, var_ref: float | None, confidence: float,
@@ -416,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.confidence < 1:
         ap.error(f"--confidence must be between 0 and 1 (exclusive), got {args.confidence:g}")
     try:
-        import scipy.stats  # noqa: F401  (the tests; pinned in requirements.txt)
+        import scipy.special  # noqa: F401  (the tests; pinned in requirements.txt)
     except ImportError as exc:
         print(f"sglang_bench_report: scipy is needed on the controller (pip install -r requirements.txt): {exc}",
               file=sys.stderr)

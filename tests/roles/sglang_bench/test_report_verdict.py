@@ -253,6 +253,38 @@ def test_power_grows_with_runs_and_matches_a_simulation():
     assert report.runs_needed(50.0, 1.0, 1.0, 0.95) == 2
 
 
+def stats_power(diff: float, var_new: float, var_ref: float | None, n: int, confidence: float) -> float:
+    """The power from scipy.stats' own t and noncentral t distributions."""
+    if var_ref is None:
+        se2, df = var_new / n, n - 1.0
+    else:
+        se2 = (var_new + var_ref) / n
+        df = (var_new + var_ref) ** 2 * (n - 1) / (var_new ** 2 + var_ref ** 2)
+    crit, ncp = stats.t.ppf(0.5 + confidence / 2, df), abs(diff) / math.sqrt(se2)
+    return min(1.0, float(stats.nct.sf(crit, df, ncp) + stats.nct.sf(crit, df, -ncp)))
+
+
+def test_power_and_tests_agree_with_scipy_stats():
+    """The report reads the distributions from scipy.special (a quarter of scipy.stats' import time):
+    the same figures as scipy.stats, also where scipy.special.nctdtr returns nan (large ncp)."""
+    from scipy import special
+    assert math.isnan(special.nctdtr(2.0, -12.0, 12.0))  # a region where the sum of two sf is needed
+    for diff, v1, v2 in [(3.0, 25.0, 16.0), (0.2, 1.0, 9.0), (12.0, 1.0, 1.0), (3.5, 22.4, 19.1), (1.0, 4.0, None)]:
+        for n in (2, 3, 5, 10, 40, 400):
+            for confidence in (0.9, 0.95, 0.99):
+                assert report.power(diff, v1, v2, n, confidence) == pytest.approx(
+                    stats_power(diff, v1, v2, n, confidence), rel=1e-9, abs=1e-12)
+    rng = np.random.default_rng(11)
+    for n1, n2 in [(2, 2), (3, 10), (10, 10), (25, 4)]:
+        new, old = list(rng.normal(100, 3, n1)), list(rng.normal(97, 6, n2))
+        res, ref = report.t_test(new, old, statistics.fmean(old), 0.9), stats.ttest_ind(new, old, equal_var=False)
+        assert res["p"] == pytest.approx(ref.pvalue, rel=1e-9) and res["df"] == pytest.approx(ref.df, rel=1e-9)
+        assert res["ci"] == pytest.approx(tuple(ref.confidence_interval(0.9)), rel=1e-9)
+        res, ref = report.t_test(new, None, 98.0, 0.99), stats.ttest_1samp(new, 98.0)
+        assert res["p"] == pytest.approx(ref.pvalue, rel=1e-9) and res["df"] == pytest.approx(ref.df, rel=1e-9)
+        assert res["ci"] == pytest.approx(tuple(c - 98.0 for c in ref.confidence_interval(0.99)), rel=1e-9)
+
+
 def test_verdict_flips_at_the_confidence_the_p_value_allows(tmp_path):
     old, new = data.exactly(51, 8, 100.0, 4.0), data.exactly(52, 8, 96.0, 4.0)
     p = welch(new, old)["p"]
