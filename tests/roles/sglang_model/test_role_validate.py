@@ -2,7 +2,9 @@
 
 Runs the real playbooks/model.yml (check mode, tag sglang_model_validate) with Ansible on local hosts of
 a throwaway inventory against the Hub TEST DOUBLE; the validation reads the hosts (the staging tool's
-preflight) and the double (model info, HEAD of a file), as it would a real Hub.
+preflight) and the double (model info, HEAD of a file), as it would a real Hub. The single-host cases
+run as one playbook run, one inventory host per case (each host's own failure read from the output,
+tests/harness/bad_inputs.py), as a site with one bad host among many would.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import bad_inputs
 from model_kit import ALLOW, IGNORE, OTHER_TOKEN, TOKEN
 from repo import ROOT
 
@@ -28,7 +31,7 @@ def model(name="target", repo="test-org/tiny", revision="main", **kw):
 
 
 def validate(tmp_path, double, models=None, hosts=("gpu1",), host_vars=None, **settings):
-    """Run the role's validation; returns (rc, output)."""
+    """Run the role's validation; returns (rc, output). host_vars: {host: {variable: value}}."""
     common = {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
               "ansible_become": False, "sglang_model_root": str(tmp_path / "models"),
               "sglang_model_hub_endpoint": double.url, "sglang_model_min_free_gb": 0,
@@ -59,7 +62,8 @@ def test_good_inputs_pass_and_report_the_resolved_revision(tmp_path, double, hub
     assert "changed=0" in out and not (tmp_path / "models").exists()
 
 
-@pytest.mark.parametrize(("case", "models", "settings", "expected"), [
+# Cases the Hub decides: one run each (the hosts of a play must agree on the models, the Hub and the token).
+HUB_CASES = [
     ("unknown repository", [model(repo="test-org/missing")], {},
      "sglang_model_models[0] (target).repo_id 'test-org/missing' was not found on"),
     ("unknown revision", [model(revision="v9.9")], {},
@@ -72,9 +76,12 @@ def test_good_inputs_pass_and_report_the_resolved_revision(tmp_path, double, hub
      "sglang_model_hf_token was rejected by"),
     ("patterns matching nothing", [model(allow_patterns=["*.gguf"])], {},
      "allow_patterns [\"*.gguf\"] and ignore_patterns"),
-    ("too little space", [model()], {"sglang_model_min_free_gb": 10 ** 9},
+]
+# Cases of one host's own values: one run, one inventory host per case (tests/harness/bad_inputs.py).
+HOST_CASES = [
+    ("too little space", None, {"sglang_model_min_free_gb": 10 ** 9},
      "plus sglang_model_min_free_gb (1000000000 GB)"),
-    ("root inside the server's writable paths", [model()], {"sglang_model_server_writable_paths": ["/tmp"]},
+    ("root inside the server's writable paths", None, {"sglang_model_server_writable_paths": ["/tmp"]},
      "which the SGLang server may write (sglang_model_server_writable_paths)"),
     ("duplicate names", [model(), model()], {}, "sglang_model_models: the name 'target' is used twice"),
     ("missing revision", [{"name": "target", "repo_id": "test-org/tiny"}], {},
@@ -82,7 +89,10 @@ def test_good_inputs_pass_and_report_the_resolved_revision(tmp_path, double, hub
     ("unknown source", [model(source="s3")], {}, "value of source must be one of: hub, local"),
     ("local source without a directory", [model(source="local", local_dir="relative")], {},
      "local_dir must be an absolute path when source is local"),
-])
+]
+
+
+@pytest.mark.parametrize(("case", "models", "settings", "expected"), HUB_CASES, ids=[c[0] for c in HUB_CASES])
 def test_bad_input_fails_naming_the_variable(tmp_path, double, case, models, settings, expected):
     rc, out = validate(tmp_path, double, models=models, **settings)
     assert rc != 0, f"{case}: passed\n{out[-2000:]}"
@@ -90,10 +100,54 @@ def test_bad_input_fails_naming_the_variable(tmp_path, double, case, models, set
     assert not (tmp_path / "models").exists()
 
 
-def test_too_little_space_names_both_numbers(tmp_path, double):
-    rc, out = validate(tmp_path, double, sglang_model_min_free_gb=10 ** 9)
-    assert rc != 0
-    assert " free (" in out and "bytes); staging needs " in out and "bytes: target)" in out, out[-2000:]
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory, hub_root):
+    """Every host case as its own inventory host of one run: (rc, output, {host: its failure}, {host: changed})."""
+    import hub_double  # noqa: PLC0415
+
+    tmp = tmp_path_factory.mktemp("cases")
+    host_vars = {bad_inputs.alias(case): dict(settings, **({"sglang_model_models": models} if models else {}))
+                 for case, models, settings, _ in HOST_CASES}
+    double = hub_double.HubDouble(hub_root, tokens=[TOKEN, OTHER_TOKEN], page_size=5).start()
+    try:
+        rc, out = validate(tmp, double, hosts=tuple(host_vars), host_vars=host_vars)
+    finally:
+        double.stop()
+    recap = {m["host"]: int(m.group(3)) for m in bad_inputs.RECAP.finditer(out)}
+    return rc, out, bad_inputs.failures_by_host(out), recap, tmp
+
+
+@pytest.mark.parametrize(("case", "expected"), [(c[0], c[3]) for c in HOST_CASES], ids=[c[0] for c in HOST_CASES])
+def test_a_hosts_bad_value_fails_that_host_naming_the_variable(batch, case, expected):
+    rc, out, failures, recap, tmp = batch
+    host = bad_inputs.alias(case)
+    assert rc != 0, out[-2000:]
+    assert expected in failures.get(host, ""), f"{case}:\n{failures.get(host) or out[-3000:]}"
+    assert recap[host] == 0, f"{case}: changed {recap[host]}"
+    assert not (tmp / "models").exists()
+
+
+def test_too_little_space_names_both_numbers(batch):
+    failure = batch[2].get(bad_inputs.alias("too little space"), "")
+    assert " free (" in failure and "bytes); staging needs " in failure and "bytes: target)" in failure, failure
+
+
+@pytest.mark.parametrize("differs", ["models", "hub", "token"])
+def test_hosts_that_disagree_on_the_models_the_hub_or_the_token_fail(tmp_path, double, differs):
+    """The Hub is asked once per play and hosts copy from each other: a host's own list, Hub or token is refused."""
+    own = {"models": {"sglang_model_models": [model(revision="v9.9")]},
+           "hub": {"sglang_model_hub_endpoint": double.url + "/"},
+           "token": {"sglang_model_hf_token": OTHER_TOKEN}}[differs]
+    rc, out = validate(tmp_path, double, hosts=("gpu1", "gpu2", "gpu3"), host_vars={"gpu3": own},
+                       sglang_model_hf_token=TOKEN)
+    assert rc != 0, out[-2000:]
+    failures = bad_inputs.failures_by_host(out)
+    assert sorted(failures) == ["gpu1", "gpu2", "gpu3"], out[-3000:]  # the whole play stops, before the Hub
+    for failure in failures.values():
+        assert "must be the same on every host of this play" in failure, failure
+        assert "they copy from each other. gpu3 differ from gpu1: set them" in failure, failure
+    assert "Ask the Hub for each revision" not in out
+    assert not (tmp_path / "models").exists()
 
 
 def test_an_unreachable_hub_names_the_endpoint_and_the_network_settings(tmp_path, double):
