@@ -3,8 +3,9 @@
 
 Readiness is ``/health_generate`` answering 200: it runs a real one-token
 generation, unlike ``/v1/models``, which answers before warm-up. The systemd unit is
-watched at the same time, so a server that crashed (and that systemd restarted)
-ends the wait at once instead of after the full timeout.
+watched at the same time, so a server that crashed ends the wait at once instead of
+after the full timeout: as soon as its main process died (the unit waits out
+RestartSec in ``auto-restart``), not only once systemd restarted it.
 
 Exit codes: 0 ready; 3 still starting after --seconds (call again: one line of
 progress per call); 1 the unit failed, stopped or restarted since --restarts.
@@ -55,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         state = unit_state(args.unit)
         restarts = int(state.get("NRestarts", "0") or 0)
-        if state.get("ActiveState") in ("failed", "inactive") or restarts > args.restarts:
-            why = "restarted by systemd after a crash" if restarts > args.restarts else state.get("ActiveState")
+        crashed = state.get("SubState", "").startswith("auto-restart")  # dead, waiting out RestartSec
+        if state.get("ActiveState") in ("failed", "inactive") or restarts > args.restarts or crashed:
+            why = ("restarted by systemd after a crash" if restarts > args.restarts else
+                   "crashed (systemd restarts it after RestartSec)" if crashed else state.get("ActiveState"))
             print(json.dumps({"ready": False, "dead": True, "why": why, "unit": state}))
             return 1
         last = probe(args.url.rstrip("/"), timeout=max(1.0, min(10.0, deadline - time.monotonic())))
