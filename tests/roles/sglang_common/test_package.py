@@ -5,8 +5,10 @@ host is the only one written again, a file the package stopped shipping is remov
 reports (with --diff, what it would write and remove) without writing."""
 
 import base64
+import grp
 import json
 import os
+import pwd
 import re
 import subprocess
 
@@ -181,3 +183,58 @@ def test_module_takes_a_mode_per_file_and_refuses_bad_names_and_modes(tmp_path):
     proc = install([{"name": "tool.py", "content": b64("print(2)\n")}, {"name": "sub.py", "content": b64("x")}])
     assert proc.returncode != 0 and "sub.py is a directory; nothing was changed" in proc.stdout + proc.stderr
     assert (dest / "tool.py").read_text() == "print(1)\n" and (dest / "sub.py").is_dir()
+
+
+def test_dirs_module_creates_and_corrects_only_what_differs(tmp_path):
+    """library/sglang_common_dirs.py through ansible-playbook: directories created with their owner, group
+    and mode (an entry's own beating the defaults); a rerun changes nothing; only a directory whose mode
+    changed on the host is corrected; check mode reports without creating; a file in the way or a
+    relative path fails before anything is created."""
+    base = tmp_path / "host"
+    library = ROLES / "sglang_common" / "library"
+    env = dict(os.environ, ANSIBLE_LIBRARY=str(library), ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\nstdout_callback = json\n")
+
+    def ensure(*lists, extra=()):
+        """One task per list of directories (each may fail on its own); (rc, [each task's result])."""
+        tasks = "".join(f"    - sglang_common_dirs:\n        owner: nobody\n        group: nogroup\n        mode: '0750'\n"
+                        f"        directories: {json.dumps(d)}\n      ignore_errors: true\n" for d in lists)
+        play = tmp_path / "dirs.yml"
+        play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+                        "  vars:\n    ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n  tasks:\n" + tasks)
+        proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(play), *extra], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+        results = [t["hosts"]["localhost"] for t in json.loads(proc.stdout)["plays"][0]["tasks"]]
+        return results if len(lists) > 1 else results[0]
+
+    wanted = [{"path": str(base / "home")}, {"path": str(base / "home" / "cache" / "torch")},
+              {"path": str(base / "etc"), "owner": "root", "mode": "0755"}]
+    res = ensure(wanted, extra=("--check", "--diff"))
+    assert res["changed"] and len(res["created"]) == 3 and not res.get("failed"), res
+    assert {d["after"]["state"] for d in res["diff"]} == {"directory"}
+    assert not base.exists()  # check mode wrote nothing
+
+    res = ensure(wanted)
+    assert res["changed"] and res["created"] == [w["path"] for w in wanted], res
+    for path, owner, mode in ((base / "home", "nobody", 0o750), (base / "home" / "cache" / "torch", "nobody", 0o750),
+                              (base / "etc", "root", 0o755)):
+        st = path.stat()
+        assert (pwd.getpwuid(st.st_uid).pw_name, grp.getgrgid(st.st_gid).gr_name, st.st_mode & 0o777) == \
+            (owner, "nogroup", mode), path
+    assert (base / "home" / "cache").stat().st_uid == 0  # a parent not listed: mkdir -p's
+
+    res = ensure(wanted)
+    assert not res["changed"] and res["changed_paths"] == [], res
+
+    (base / "home").chmod(0o777)
+    (base / "blocker").write_text("a file\n")
+    bad = [([{"path": str(base / "new")}, {"path": str(base / "blocker")}], "exists and is not a directory"),
+           ([{"path": str(base / "new")}, {"path": "relative/dir"}], "must be an absolute path"),
+           ([{"path": str(base / "new"), "mode": "rwx"}], "is not octal")]
+    fixed, *refused = ensure(wanted, *(b[0] for b in bad), extra=("--diff",))
+    assert fixed["changed_paths"] == [str(base / "home")] and fixed["created"] == [], fixed
+    assert (base / "home").stat().st_mode & 0o777 == 0o750
+    for res, (_, named) in zip(refused, bad):
+        assert res.get("failed") and named in res["msg"], res
+    assert not (base / "new").exists()
