@@ -32,7 +32,7 @@ $(VENV)/.stamp: requirements.txt tests/harness/zip_pycache.py tests/harness/ansi
 	# not use (half of pip's compile time; the recipes export PYTHONDONTWRITEBYTECODE).
 	$(BIN)/pip install -q --disable-pip-version-check --no-compile -r requirements.txt
 	site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
-	  $(BIN)/python -m compileall -q -j 0 -x '/ansible_collections/' "$$site" >/dev/null && \
+	  $(BIN)/python -m compileall -q -j 0 -x '/site-packages/ansible_collections/' "$$site" >/dev/null && \
 	  $(BIN)/python -m compileall -q -j 0 $(addprefix "$$site"/ansible_collections/,$(COLLECTIONS)) >/dev/null
 	# TEST HARNESS: modules Ansible runs on this machine keep their bytecode (tests/harness/zip_pycache.py);
 	# within one `make test`, ansible-playbook runs share the module payloads (tests/harness/ansiballz_cache.py).
