@@ -13,7 +13,8 @@ description:
     created as C(mkdir -p) would (root's, the process umask).
   - One module call for the whole list (with M(ansible.builtin.file) in a loop, each directory is a
     module call of its own).
-  - A path that exists and is not a directory fails before anything changes.
+  - A path that exists and is not a directory, or an owner or group the host does not know, fails before
+    anything changes.
   - Supports check mode and diff mode (each directory's state, owner, group and mode before and after).
 options:
   directories:
@@ -63,9 +64,22 @@ changed_paths:
   returned: always
 """
 
+import grp
 import os
+import pwd
 
 from ansible.module_utils.basic import AnsibleModule
+
+
+def _known(lookup, name: str) -> bool:
+    """A user or group name (or a numeric id) that the host knows."""
+    if name.isdigit():
+        return True
+    try:
+        lookup(name)
+    except KeyError:
+        return False
+    return True
 
 
 def main() -> None:
@@ -94,6 +108,9 @@ def main() -> None:
     for entry in wanted:
         if os.path.lexists(entry["path"]) and not os.path.isdir(entry["path"]):
             module.fail_json(msg=f"{entry['path']} exists and is not a directory; nothing was changed")
+        if not _known(pwd.getpwnam, entry["owner"]) or not _known(grp.getgrnam, entry["group"]):
+            module.fail_json(msg=f"{entry['path']}: owner {entry['owner']!r} or group {entry['group']!r} does not "
+                                 "exist on this host; nothing was changed")
 
     created, changed_paths, diffs = [], [], []
     for entry in wanted:

@@ -231,10 +231,11 @@ def test_dirs_module_creates_and_corrects_only_what_differs(tmp_path):
     (base / "blocker").write_text("a file\n")
     bad = [([{"path": str(base / "new")}, {"path": str(base / "blocker")}], "exists and is not a directory"),
            ([{"path": str(base / "new")}, {"path": "relative/dir"}], "must be an absolute path"),
-           ([{"path": str(base / "new"), "mode": "rwx"}], "is not octal")]
+           ([{"path": str(base / "new"), "mode": "rwx"}], "is not octal"),
+           ([{"path": str(base / "new")}, {"path": str(base / "new2"), "owner": "no-such-user-x"}], "does not exist on")]
     fixed, *refused = ensure(wanted, *(b[0] for b in bad), extra=("--diff",))
     assert fixed["changed_paths"] == [str(base / "home")] and fixed["created"] == [], fixed
     assert (base / "home").stat().st_mode & 0o777 == 0o750
     for res, (_, named) in zip(refused, bad):
         assert res.get("failed") and named in res["msg"], res
-    assert not (base / "new").exists()
+    assert not (base / "new").exists()  # nothing created before a refusal

@@ -58,9 +58,22 @@ def hub_root(tmp_path_factory) -> Path:
     return root
 
 
+def start_double(hub_root: Path) -> hub_double.HubDouble:
+    """The Hub double over the synthetic repositories, with the test tokens (started; stop() it)."""
+    return hub_double.HubDouble(hub_root, tokens=[TOKEN, OTHER_TOKEN], page_size=5).start()
+
+
 @pytest.fixture
 def double(hub_root):
-    d = hub_double.HubDouble(hub_root, tokens=[TOKEN, OTHER_TOKEN], page_size=5).start()
+    d = start_double(hub_root)
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def module_double(hub_root):
+    """The same double, shared by a module's tests (one playbook run for many cases)."""
+    d = start_double(hub_root)
     yield d
     d.stop()
 

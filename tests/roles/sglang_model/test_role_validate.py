@@ -101,18 +101,12 @@ def test_bad_input_fails_naming_the_variable(tmp_path, double, case, models, set
 
 
 @pytest.fixture(scope="module")
-def batch(tmp_path_factory, hub_root):
+def batch(tmp_path_factory, module_double):
     """Every host case as its own inventory host of one run: (rc, output, {host: its failure}, {host: changed})."""
-    import hub_double  # noqa: PLC0415
-
     tmp = tmp_path_factory.mktemp("cases")
     host_vars = {bad_inputs.alias(case): dict(settings, **({"sglang_model_models": models} if models else {}))
                  for case, models, settings, _ in HOST_CASES}
-    double = hub_double.HubDouble(hub_root, tokens=[TOKEN, OTHER_TOKEN], page_size=5).start()
-    try:
-        rc, out = validate(tmp, double, hosts=tuple(host_vars), host_vars=host_vars)
-    finally:
-        double.stop()
+    rc, out = validate(tmp, module_double, hosts=tuple(host_vars), host_vars=host_vars)
     recap = {m["host"]: int(m.group(3)) for m in bad_inputs.RECAP.finditer(out)}
     return rc, out, bad_inputs.failures_by_host(out), recap, tmp
 
