@@ -239,7 +239,7 @@ def test_ansiballz_cache_shares_a_modules_payload_between_runs_and_searches_agai
 
     assert value("") == "first" and not list(cache.iterdir())  # not set: nothing stored
     assert value(str(cache)) == "first"
-    (entry,) = cache.iterdir()
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith("routing-")]  # the payload's entry
     entries, metadata, sources = pickle.loads(entry.read_bytes())
     assert str(util) in [path for path, _ in sources]
     planted = [(name, b"VALUE = 'from the cache'\n" if name.endswith("probe_util.py") else data) for name, data in entries]
@@ -249,3 +249,50 @@ def test_ansiballz_cache_shares_a_modules_payload_between_runs_and_searches_agai
     util.write_text("VALUE = 'changed on disk'\n")
     assert value(str(cache)) == "changed on disk"  # a changed module_util: searched again
     assert value(str(cache)) == "changed on disk"
+
+
+def test_ansiballz_cache_keeps_the_routing_table_per_yaml_text(tmp_path):
+    """The same hook keeps the parsed ansible.builtin routing table (and each collection's runtime.yml)
+    per YAML text: the next run uses the stored table (shown by planting a redirect in it, which only a
+    run that reads the entry knows), a different YAML text does not find it, and with no cache
+    directory set nothing is stored or read."""
+    import pickle
+    import sysconfig
+
+    harness = ROOT / "tests" / "harness"
+    site = sysconfig.get_paths()["purelib"]
+    (tmp_path / "play.yml").write_text(
+        "- hosts: localhost\n  gather_facts: false\n  connection: local\n  tasks:\n"
+        "    - name: A module name only a planted redirect knows\n"
+        "      ansible.builtin.planted_by_the_test:\n        data: PLANTED-REDIRECT-WORKS\n      register: probe\n"
+        "    - name: Show\n      ansible.builtin.debug:\n        msg: \"{{ probe.ping }}\"\n")
+    code = (f"import sys; sys.path[:0] = [{str(harness)!r}, {site!r}]; import ansiballz_cache; "
+            "from ansible.cli.playbook import main; sys.exit(main())")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def run_play(cache_dir: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, SGLANG_TEST_ANSIBALLZ_CACHE=cache_dir, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+        argv = [sys.executable, "-S", "-c", code, "-i", "localhost,", "-e",
+                f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
+
+    first = run_play(str(cache))
+    assert first.returncode != 0 and "planted_by_the_test" in first.stdout + first.stderr  # unknown so far
+    tables = {entry: pickle.loads(entry.read_bytes()) for entry in cache.glob("routing-*")}
+    # ansible.builtin's table (ansible_builtin_runtime.yml): the one that routes formerly_core_ping
+    builtin = [e for e, t in tables.items() if "formerly_core_ping" in t.get("plugin_routing", {}).get("modules", {})]
+    assert len(builtin) == 1, list(cache.iterdir())
+    entry, table = builtin[0], tables[builtin[0]]
+    table["plugin_routing"]["modules"]["planted_by_the_test"] = {"redirect": "ansible.builtin.ping"}
+    entry.write_bytes(pickle.dumps(table))
+    planted = run_play(str(cache))
+    assert planted.returncode == 0 and "PLANTED-REDIRECT-WORKS" in planted.stdout, planted.stdout[-3000:]
+    assert run_play("").returncode != 0  # not set: Ansible parses the YAML itself, no redirect
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / entry.name).write_bytes(pickle.dumps(table))
+    for stale in cache.glob("routing-*"):
+        stale.rename(other / f"{stale.name}.renamed")  # keyed by the text: a name that is not its hash is not found
+    assert run_play(str(cache)).returncode != 0

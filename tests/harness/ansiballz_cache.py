@@ -1,19 +1,25 @@
-"""TEST HARNESS ONLY: share the module payloads Ansible builds between the ansible-playbook runs of one `make test`.
+"""TEST HARNESS ONLY: share what Ansible builds the same way in every ansible-playbook run of one `make test`.
 
-Why: before a module first runs in an ansible-playbook process, Ansible finds the module_utils it
-imports (parsing the module and every module_util it reaches, basic.py's dozens included) and zips
-them; it keeps the result for that process only. `make test` starts hundreds of ansible-playbook
-processes, each parsing the same sources again: about 0.17 s of CPU per module per run here.
-This hook keeps what that search found (the files it put in the zip and the module's metadata) for
-the length of one `make test`, so that only the first run pays.
+Why: `make test` starts hundreds of ansible-playbook processes, and each builds again what the one
+before it built from the same files:
+- the module payloads: before a module first runs in a process, Ansible finds the module_utils it
+  imports (parsing the module and every module_util it reaches, basic.py's dozens included) and zips
+  them, about 0.17 s of CPU per module per run here. This hook keeps what that search found (the
+  files it put in the zip and the module's metadata), so that only the first run pays;
+- the routing table of ansible.builtin (ansible-core's ansible_builtin_runtime.yml, 370 kB of YAML)
+  and each collection's meta/runtime.yml: parsed at every start, about 0.2 s of CPU, a sixth of
+  what an ansible-playbook run costs before its first task. Ansible documents the parser,
+  ``_meta_yml_to_dict(data, content_id)``, as a function tools may replace to cache its output
+  (ansible-test does); this hook keeps its result per content (a sha256 of the YAML text).
 
 Active only where tests/harness/run_tests.py sets SGLANG_TEST_ANSIBALLZ_CACHE (a directory it
 creates for its own run and removes at the end), in the harness's own venv (the Makefile installs
 it beside zip_pycache.py, through the same ``.pth``): never on a user's machine, and `make demo`,
 `make molecule` and a lone pytest build their payloads as Ansible does. What a module gets is
-unchanged: an entry is found only for the same Ansible, Python, module name and source, module_utils
-search path and collection paths, and is used only while every module_util file it holds has the size
-and mtime it had (a changed one: searched again). Any error falls back to Ansible's own search.
+unchanged: a payload entry is found only for the same Ansible, Python, module name and source,
+module_utils search path and collection paths, and is used only while every module_util file it holds
+has the size and mtime it had (a changed one: searched again); a routing entry only for the same YAML
+text, Python and PyYAML. Any error falls back to Ansible's own code.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ import os
 import sys
 
 DIRECTORY = os.environ.get("SGLANG_TEST_ANSIBALLZ_CACHE", "")
-TARGET = "ansible.executor.module_common"
 
 
 class _Recorder:
@@ -115,15 +120,61 @@ def _patch(mc) -> None:
     mc.recursive_finder = recursive_finder
 
 
+def _patch_routing(finder) -> None:
+    import hashlib  # noqa: PLC0415
+    import pickle  # noqa: PLC0415
+
+    real = finder._meta_yml_to_dict
+    if real is None:
+        return
+
+    def meta_yml_to_dict(yaml_string_data, content_id):
+        try:
+            import yaml  # noqa: PLC0415
+
+            raw = yaml_string_data if isinstance(yaml_string_data, bytes) else str(yaml_string_data).encode("utf-8", "surrogateescape")
+            digest = hashlib.sha256("\0".join([sys.version, yaml.__version__, ""]).encode() + raw).hexdigest()
+            path = os.path.join(DIRECTORY, f"routing-{digest}")
+        except Exception:  # noqa: BLE001  (Ansible's own parser)
+            return real(yaml_string_data, content_id)
+        try:
+            with open(path, "rb") as fh:
+                return pickle.load(fh)
+        except Exception:  # noqa: BLE001  (no entry, or one that cannot be read: parse)
+            pass
+        routing = real(yaml_string_data, content_id)  # its errors are Ansible's, raised as they are
+        try:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as fh:
+                pickle.dump(routing, fh)
+            os.replace(tmp, path)
+        except Exception:  # noqa: BLE001  (no entry: the next run parses again)
+            pass
+        return routing
+
+    finder._meta_yml_to_dict = meta_yml_to_dict
+
+
+# What to patch in which of Ansible's modules, when it is first imported.
+PATCHES = {"ansible.executor.module_common": _patch,
+           "ansible.utils.collection_loader._collection_finder": _patch_routing}
+
+
 class _Finder:
-    """Patches the module when it is first imported (nothing of Ansible is imported before)."""
+    """Patches each module of PATCHES when it is first imported (nothing of Ansible is imported before)."""
+
+    def __init__(self):
+        self.pending = dict(PATCHES)
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != TARGET:
+        patch = self.pending.pop(fullname, None)
+        if patch is None:
             return None
-        sys.meta_path.remove(self)
+        if not self.pending:
+            sys.meta_path.remove(self)
         import importlib.util  # noqa: PLC0415
 
+        # The real spec, found by the finders after this one (this one no longer answers for the name).
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None:
             return spec
@@ -132,7 +183,7 @@ class _Finder:
         def exec_and_patch(module):
             exec_module(module)
             try:
-                _patch(module)
+                patch(module)
             except Exception:  # noqa: BLE001  (Ansible unchanged)
                 pass
 
@@ -140,5 +191,5 @@ class _Finder:
         return spec
 
 
-if DIRECTORY and os.path.isdir(DIRECTORY) and TARGET not in sys.modules:
+if DIRECTORY and os.path.isdir(DIRECTORY) and not set(PATCHES) & set(sys.modules):
     sys.meta_path.insert(0, _Finder())
