@@ -254,8 +254,8 @@ def test_ansiballz_cache_shares_a_modules_payload_between_runs_and_searches_agai
 def test_ansiballz_cache_keeps_the_routing_table_per_yaml_text(tmp_path):
     """The same hook keeps the parsed ansible.builtin routing table (and each collection's runtime.yml)
     per YAML text: the next run uses the stored table (shown by planting a redirect in it, which only a
-    run that reads the entry knows), a different YAML text does not find it, and with no cache
-    directory set nothing is stored or read."""
+    run that reads the entry knows), an entry is found only under the hash of its text, and with no
+    cache directory set nothing is read."""
     import pickle
     import sysconfig
 
@@ -290,9 +290,8 @@ def test_ansiballz_cache_keeps_the_routing_table_per_yaml_text(tmp_path):
     planted = run_play(str(cache))
     assert planted.returncode == 0 and "PLANTED-REDIRECT-WORKS" in planted.stdout, planted.stdout[-3000:]
     assert run_play("").returncode != 0  # not set: Ansible parses the YAML itself, no redirect
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / entry.name).write_bytes(pickle.dumps(table))
-    for stale in cache.glob("routing-*"):
-        stale.rename(other / f"{stale.name}.renamed")  # keyed by the text: a name that is not its hash is not found
+    # Entries are found by the hash of the text they were parsed from: the planted table under another
+    # name is not read (the run parses the YAML again and stores it under its own name).
+    entry.rename(cache / "routing-0000")
     assert run_play(str(cache)).returncode != 0
+    assert entry.exists() and "planted_by_the_test" not in str(pickle.loads(entry.read_bytes()))
