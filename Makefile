@@ -35,7 +35,8 @@ $(VENV)/.stamp: requirements.txt tests/harness/zip_pycache.py tests/harness/ansi
 	  $(BIN)/python -m compileall -q -j 0 -x '/site-packages/ansible_collections/' "$$site" >/dev/null && \
 	  $(BIN)/python -m compileall -q -j 0 $(addprefix "$$site"/ansible_collections/,$(COLLECTIONS)) >/dev/null
 	# TEST HARNESS: modules Ansible runs on this machine keep their bytecode (tests/harness/zip_pycache.py);
-	# within one `make test`, ansible-playbook runs share the module payloads (tests/harness/ansiballz_cache.py).
+	# within one `make test`, ansible-playbook runs share the module payloads and the parsed routing table
+	# (tests/harness/ansiballz_cache.py).
 	site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
 	  cp tests/harness/zip_pycache.py tests/harness/ansiballz_cache.py "$$site/" && \
 	  echo "import zip_pycache, ansiballz_cache" > "$$site/zip_pycache.pth"
