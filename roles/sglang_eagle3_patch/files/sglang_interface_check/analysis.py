@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 from typing import Optional
@@ -14,7 +15,22 @@ from .tree import CheckError, Tree
 
 
 def check(sglang_dir: Path, model: str, algorithm: str, only_class: Optional[str] = None) -> dict:
-    """Run the whole analysis; return the report as a dict (``ok`` tells the verdict)."""
+    """Run the whole analysis; return the report as a dict (``ok`` tells the verdict).
+
+    The cyclic garbage collector is off meanwhile: the parsed modules are kept to the end and hold
+    no garbage worth collecting, and its scans of their millions of nodes were a third of the time
+    (SGLang 0.5.23: 1.40 -> 0.95 CPU-s).
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _check(sglang_dir, model, algorithm, only_class)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _check(sglang_dir: Path, model: str, algorithm: str, only_class: Optional[str]) -> dict:
     started = time.monotonic()
     tree = Tree(sglang_dir)
     model_path, class_names = entry_classes(tree, model)
