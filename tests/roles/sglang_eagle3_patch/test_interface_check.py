@@ -34,7 +34,7 @@ def test_interface_check_is_fast_on_a_real_tree(release, timings, version):
 
     A wall-clock figure on a shared machine only ever gains noise (a neighbour, a page-cache miss), so
     the least of a few runs is the estimate of what the command costs (timeit's rule); one run over
-    the limit on a busy CI machine (5.08 s, most of it waiting for the CPU) is not a slow check.
+    the limit on a slower, busier CI machine (5.08 s, the analysis 4.14 s of it) is not a slow check.
     """
     tree = release(version)
     runs: list[str] = []

@@ -19,7 +19,7 @@ def check(sglang_dir: Path, model: str, algorithm: str, only_class: Optional[str
 
     The cyclic garbage collector is off meanwhile: the parsed modules are kept to the end and hold
     no garbage worth collecting, and its scans of their millions of nodes were a third of the time
-    (SGLang 0.5.23: 1.40 -> 0.95 CPU-s).
+    (SGLang 0.5.23, measured beside a busy job: 1.40 -> 0.95 CPU-s).
     """
     collecting = gc.isenabled()
     gc.disable()
