@@ -2,8 +2,8 @@
 
 Each case becomes its own inventory host, an alias of the same test host (``ansible_host`` is the
 container), with the case's variables as host variables. The validate-first plays
-(playbooks/validate.yml) run every host's checks to the end before they stop the run, so one run
-shows each case's own failure: one Ansible start, one playbook parse and one snapshot pair instead of
+(playbooks/validate.yml) run every role's checks on every host to the end before they stop the run,
+so one run shows each case's own failure: one Ansible start, one playbook parse and one snapshot pair instead of
 one of each per case (a case costs about a second instead of three or four). What each case must
 show is unchanged: its own failure naming the variable, no change on the host, and the host's
 snapshot identical before and after.
@@ -81,13 +81,14 @@ def inventory(path: Path, host: TestHost, cases: dict[str, dict]) -> Path:
 
 
 def run(host: TestHost, playbook: Path, cases: dict[str, dict], inventory_dir: Path, *args: str,
-        snapshot: str = SNAPSHOT, timeout: int = 900) -> Batch:
-    """Run ``playbook`` once over every case; the host's snapshot is taken before and after."""
+        snapshot: str = SNAPSHOT, timeout: int = 900, env: dict[str, str] | None = None) -> Batch:
+    """Run ``playbook`` once over every case (``env``: more environment for ansible-playbook); the host's
+    snapshot is taken before and after."""
     inventory(inventory_dir, host, cases)
     before = host.sh(snapshot).stdout
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
                ANSIBLE_CONNECTION_PLUGINS=str(ROOT / "tests" / "harness" / "connection_plugins"),
-               NVIDIA_MIRROR_DIR=str(host.mirror_dir), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+               NVIDIA_MIRROR_DIR=str(host.mirror_dir), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1") | (env or {})
     proc = subprocess.run(["ansible-playbook", "-i", str(inventory_dir), str(playbook), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     out = proc.stdout + proc.stderr

@@ -11,6 +11,7 @@ that one run, and the good host is stopped too, before any change.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -23,6 +24,10 @@ from repo import ROOT
 from testhost import SNAPSHOT, TestHost, harness_or_skip
 
 SITE = ROOT / "site.yml"
+
+# The order of the GPU hosts' checks (playbooks/validate.yml).
+ROLE_ORDER = ["nvidia_cuda", "sglang_build", "sglang_eagle3_patch", "gpu_preflight", "sglang_server", "sglang_model",
+              "sglang_bench"]
 
 # One bad value per role: (role, extra vars, what the failure must name).
 CASES = [
@@ -71,8 +76,7 @@ def test_the_same_inventory_without_a_bad_value_passes_validation_unchanged(host
     proc = run(host, tmp_path, ROOT / "playbooks" / "validate.yml")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert re.search(rf"{re.escape(host.name)}\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout)
-    for role in ("nvidia_cuda", "sglang_build", "sglang_eagle3_patch", "gpu_preflight", "sglang_server",
-                 "sglang_model", "sglang_bench", "sglang_router"):
+    for role in (*ROLE_ORDER, "sglang_router"):
         assert f"TASK [{role} : " in proc.stdout, f"{role} was not validated"
     assert host.sh(SNAPSHOT).stdout == before, "validation changed the host"
 
@@ -101,12 +105,23 @@ def test_a_bad_value_fails_in_the_first_play_with_the_host_unchanged(batch, case
 
 def test_a_host_with_good_settings_is_stopped_with_the_bad_hosts_named(batch):
     """The checks ran to the end on every host (each bad one is named above); then the good host stops
-    the run, naming every host whose checks failed."""
-    stop = batch.failure(GOOD)
+    the run, naming every host whose checks failed, in inventory order, with its failed roles in the
+    play's order: the case's own role, and any other role that checks the same value through it (the
+    server and the build run the patch role's checks; the benchmark reads the server's endpoint)."""
+    named = summary(batch)
+    assert [h for h, _ in named] == [bad_inputs.alias(c[0]) for c in GPU_CASES], batch.failure(GOOD)
+    for (_, roles), case in zip(named, GPU_CASES):
+        assert case[0].split()[0] in roles, (case, roles)
+        assert roles == [r for r in ROLE_ORDER if r in roles], (case, roles)
+    assert batch.recap[bad_inputs.alias(GOOD)]["changed"] == 0 and batch.recap[bad_inputs.alias(GOOD)]["failed"] == 1
+
+
+def summary(batch) -> list[tuple[str, list[str]]]:
+    """The hosts and roles named by the good host's stop (tasks/validate_stop.yml), in its order."""
+    stop = " ".join(batch.failure(GOOD).split())
     assert "The settings checks failed on " in stop, batch.out[-4000:]
     named = stop.split("The settings checks failed on ", 1)[1].split(" (each host's reason", 1)[0]
-    assert sorted(named.replace("\n", " ").split(", ")) == sorted(bad_inputs.alias(c[0]) for c in GPU_CASES), stop
-    assert batch.recap[bad_inputs.alias(GOOD)]["changed"] == 0 and batch.recap[bad_inputs.alias(GOOD)]["failed"] == 1
+    return [(m[1], m[2].split(", ")) for m in re.finditer(r"(\S+) \[([^\]]*)\](?:, |$)", named)]
 
 
 @pytest.mark.parametrize("extra,expect", [c[1:] for c in CASES if c not in GPU_CASES],
@@ -122,6 +137,89 @@ def test_a_bad_router_value_fails_in_the_first_play_with_the_host_unchanged(host
     assert re.search(rf"{re.escape(host.name)}\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", proc.stdout), \
         out[-3000:]
     assert host.sh(SNAPSHOT).stdout == before, "the host changed"
+
+
+# ------------------------------------------------------------------ every role on every host, the same in every run
+
+# Bad values of three roles on one host and of one role on another, beside a good host. The first
+# host's models root lies inside the server's home, a fact only sglang_server's checks publish: its
+# model check fails only when it runs after the server's, as the play's list orders them.
+MANY = {
+    "three-roles": {"nvidia_cuda_driver_branch": "58", "sglang_model_root": "/var/lib/sglang/models",
+                    "sglang_bench_confidence": 1.5},
+    "one-role": {"sglang_server_tp_size": 3},
+    GOOD: {},
+}
+# Each bad host's roles in the play's order, each with the words its own check's message must show.
+MANY_FAILED = {
+    "three-roles": [("nvidia_cuda", "nvidia_cuda_driver_branch must be three digits"),
+                    ("sglang_model", "sglang_model_root /var/lib/sglang/models is inside /var/lib/sglang,"),
+                    ("sglang_bench", "sglang_bench_confidence (1.5) must be a number between 0 and 1")],
+    "one-role": [("sglang_server", "sglang_server_tp_size must divide sglang_server_gpu_count")],
+}
+# Three hash seeds: Python sets (ansible's intersect/difference) order the same names differently in each.
+SEEDS = ("0", "1", "2")
+# The roles of these runs, named as a playbook may name them (upgrade.yml names sglang_model before
+# sglang_server): the play's own order decides. Only the roles with a bad value, to keep each run short.
+MANY_ROLES = ["sglang_bench", "sglang_model", "sglang_server", "nvidia_cuda"]
+
+
+@pytest.fixture(scope="module")
+def seeded(host, tmp_path_factory):
+    """playbooks/validate.yml over the same inventory once per hash seed."""
+    extra = json.dumps({"sglang_validate_roles": MANY_ROLES})
+    return {seed: bad_inputs.run(host, ROOT / "playbooks" / "validate.yml", MANY, tmp_path_factory.mktemp(f"seed{seed}"),
+                                 "-e", extra, timeout=600, env={"PYTHONHASHSEED": seed}) for seed in SEEDS}
+
+
+def host_stop(batch, case: str) -> str:
+    """The stop of a host whose roles failed (tasks/validate_stop.yml), whitespace folded."""
+    text = " ".join(batch.failure(case).split())
+    found = re.search(rf"The settings checks of .*? failed on {re.escape(bad_inputs.alias(case))}: .*?"
+                      r"Nothing has been changed on any host", text)
+    assert found, batch.failure(case)[-3000:] or batch.out[-3000:]
+    return found[0]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_role_on_every_host_is_named_in_one_run_with_the_hosts_unchanged(seeded, seed):
+    """Each role's checks run on each host even after another role failed there: every bad value of the
+    inventory is named in this one run, each by its role's own check, before any host changes."""
+    batch = seeded[seed]
+    assert batch.returncode != 0, batch.out[-3000:]
+    assert batch.plays and all(p.startswith("Check the ") for p in batch.plays), batch.plays
+    assert batch.unchanged, "the host changed"
+    for case, failed in MANY_FAILED.items():
+        stop = host_stop(batch, case)
+        roles = ", ".join(role for role, _ in failed)
+        assert stop.startswith(f"The settings checks of {roles} failed on "), stop
+        own = " ".join(batch.failure(case).split()).replace(stop, "")  # what the roles' own checks printed
+        for role, words in failed:
+            assert f"{role}: {words}" in stop, stop
+            assert words in own, f"{role}'s own message is missing: {own[-3000:]}"
+        recap = batch.recap[bad_inputs.alias(case)]
+        assert (recap["changed"], recap["unreachable"], recap["failed"]) == (0, 0, 1), batch.out[-3000:]
+    assert summary(batch) == [(bad_inputs.alias(c), [r for r, _ in f]) for c, f in MANY_FAILED.items()], batch.failure(GOOD)
+    assert batch.recap[bad_inputs.alias(GOOD)]["changed"] == 0
+
+
+def test_the_same_inventory_names_the_same_problems_in_every_run(seeded):
+    """Whatever the hash seed: the same hosts, roles and messages, in the same order."""
+    first = problems(seeded[SEEDS[0]])
+    assert [h for h, _ in first] == [bad_inputs.alias(c) for c in MANY], first
+    for seed in SEEDS[1:]:
+        other = problems(seeded[seed])
+        assert other == first, "\n".join(difflib.unified_diff(
+            [f"{h}: {line}" for h, lines in first for line in lines],
+            [f"{h}: {line}" for h, lines in other for line in lines],
+            f"PYTHONHASHSEED={SEEDS[0]}", f"PYTHONHASHSEED={seed}", lineterm=""))
+
+
+def problems(batch) -> list[tuple[str, list[str]]]:
+    """Each host's failures, hosts in inventory order (the output interleaves them as the hosts answer;
+    a blank line may follow a failure or not, as the next host's result comes)."""
+    return [(h, [line for line in batch.failures[h].splitlines() if line.strip()])
+            for h in sorted(batch.failures, key=[bad_inputs.alias(c) for c in MANY].index)]
 
 
 # ------------------------------------------------------------------ roles validate once per run, per values
