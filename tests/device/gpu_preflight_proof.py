@@ -80,13 +80,19 @@ def figures(report: dict) -> list[str]:
     return lines
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def machine_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every proof on a lent machine takes: where to write, and what the machine has."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("out", type=Path)
     ap.add_argument("--gpus", type=int, required=True)
     ap.add_argument("--cc", required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--min-memory-mib", type=int, default=140000)
+    return ap
+
+
+def main() -> int:
+    ap = machine_parser(__doc__.splitlines()[0])
     ap.add_argument("--gloo-check", action="store_true", help="also run the benchmark alone on CPUs (gloo, 2 processes)")
     ap.add_argument("--nccl-direct", action="store_true", help="also run the benchmark alone, keeping NCCL's logs")
     args = ap.parse_args()

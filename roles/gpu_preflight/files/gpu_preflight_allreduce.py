@@ -146,6 +146,41 @@ def evaluate(rows: list[dict], n: int, correct: bool, latency_size: int, max_lat
     return checks
 
 
+def p2p_side(run: dict, n: int, latency_size: int, bandwidth_size: int) -> dict:
+    """One side of a P2P comparison: its latency and bus bandwidth, or why it did not finish."""
+    transports = (run.get("nccl_log") or {}).get("transports")
+    if not run["ok"]:
+        return {"status": "failed", "reason": run["reason"], "latency_us": None, "busbw_gbps": None,
+                "transports": transports, "results": []}
+    rows = aggregate(run["ranks"], n)
+    by_size = {r["bytes"]: r for r in rows}
+    lat, bw = by_size.get(latency_size), by_size.get(bandwidth_size)
+    return {"status": "measured", "reason": None, "latency_us": lat["latency_us"] if lat else None,
+            "busbw_gbps": bw["busbw_gbps"] if bw else None, "transports": transports, "results": rows}
+
+
+def compare_p2p(with_run: dict, without_run: dict, n: int, latency_size: int, bandwidth_size: int,
+                primary: str) -> dict:
+    """The all-reduce with and without NCCL's P2P transport (NCCL_P2P_DISABLE=1), side by side: what P2P costs
+    or saves on this host. ``primary`` names the side the checks judged (the server's setting)."""
+    sides = {"with_p2p": p2p_side(with_run, n, latency_size, bandwidth_size),
+             "without_p2p": p2p_side(without_run, n, latency_size, bandwidth_size)}
+
+    def text(label, side):
+        if side["status"] != "measured":
+            return "%s: did not finish (%s)" % (label, (side["reason"] or "")[:200])
+        return "%s: %s B in %s us, %s B at %s GB/s bus bandwidth (%s)" % (
+            label, latency_size, side["latency_us"], bandwidth_size, side["busbw_gbps"],
+            ", ".join(side["transports"] or []) or "transports not reported")
+
+    summary = "; ".join([text("with P2P", sides["with_p2p"]), text("without P2P (NCCL_P2P_DISABLE=1)", sides["without_p2p"])])
+    w, wo = sides["with_p2p"], sides["without_p2p"]
+    if w["latency_us"] and wo["latency_us"] and w["busbw_gbps"] and wo["busbw_gbps"]:
+        summary += "; without P2P the small all-reduce takes %.2fx the time and the large one gets %.0f%% of the " \
+                   "bus bandwidth" % (wo["latency_us"] / w["latency_us"], 100.0 * wo["busbw_gbps"] / w["busbw_gbps"])
+    return {"primary": primary, "summary": summary, **sides}
+
+
 def parse_nccl_log(text: str) -> dict:
     """What NCCL said with NCCL_DEBUG=INFO: its version, the transports it chose and the settings it read."""
     version = re.search(r"NCCL version ([0-9][0-9.]*[^\s]*)", text)
@@ -203,7 +238,7 @@ def run_workers(cmds: list[list[str]], env: dict, timeout: float, progress_files
                 reason = "other ranks did not finish %g s after one failed" % FAILED_RANK_GRACE_S
                 break
         if now > deadline:
-            reason = ("no result within %g s (gpu_preflight_nccl_timeout): %s; all workers killed"
+            reason = ("no result within %.0f s (gpu_preflight_nccl_timeout): %s; all workers killed"
                       % (timeout, where(progress_files)))
             break
         time.sleep(0.1)
@@ -373,6 +408,39 @@ def probe(candidates: list[str], deadline: float) -> tuple[dict | None, list[str
     return None, tried
 
 
+def p2p_disabled(env: dict) -> bool:
+    return str(env.get("NCCL_P2P_DISABLE", "0")).strip() in ("1", "true", "True", "yes")
+
+
+def measure(args: argparse.Namespace, python: str, n: int, env: dict, deadline: float, log_dir: str | None) -> dict:
+    """One run of the workers: {ok, reason, ranks, nccl_log}."""
+    with tempfile.TemporaryDirectory(prefix="gpu-preflight-") as tmp:
+        port = free_port()
+        files = {k: [os.path.join(tmp, "%s%d" % (k, r)) for r in range(n)] for k in ("result", "progress", "log")}
+        common = ["--sizes", ",".join(map(str, args.sizes)), "--dtype", args.dtype, "--warmup", str(args.warmup),
+                  "--iters", str(args.iters), "--graph-max-size", str(args.graph_max_size), "--backend", args.backend,
+                  "--device", args.device, "--timeout", str(args.timeout), "--world-size", str(n), "--port", str(port),
+                  "--cuda-graphs" if args.cuda_graphs else "--no-cuda-graphs"]
+        cmds = [[python, os.path.abspath(__file__), "--worker", "--rank", str(r), "--result", files["result"][r],
+                 "--progress", files["progress"][r], *common] for r in range(n)]
+        outcome = run_workers(cmds, env, max(1.0, deadline - time.monotonic()), files["progress"], files["log"])
+        logs = ""
+        for log in files["log"]:
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                logs += fh.read()
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+            for rank, log in enumerate(files["log"]):
+                shutil.copy(log, os.path.join(log_dir, "rank%d.log" % rank))
+        ranks = []
+        if outcome["ok"]:
+            for path in files["result"]:
+                with open(path, encoding="utf-8") as fh:
+                    ranks.append(json.load(fh))
+    return {"ok": outcome["ok"], "reason": outcome["reason"], "ranks": ranks,
+            "nccl_log": parse_nccl_log(logs) if args.backend == "nccl" else None}
+
+
 def orchestrate(args: argparse.Namespace) -> dict:
     started = time.monotonic()
     deadline = started + args.timeout
@@ -419,32 +487,26 @@ def orchestrate(args: argparse.Namespace) -> dict:
     env = dict(os.environ)
     if args.nccl_debug and "NCCL_DEBUG" not in env:
         env["NCCL_DEBUG"] = "INFO"
-    with tempfile.TemporaryDirectory(prefix="gpu-preflight-") as tmp:
-        port = free_port()
-        files = {k: [os.path.join(tmp, "%s%d" % (k, r)) for r in range(n)] for k in ("result", "progress", "log")}
-        common = ["--sizes", ",".join(map(str, args.sizes)), "--dtype", args.dtype, "--warmup", str(args.warmup),
-                  "--iters", str(args.iters), "--graph-max-size", str(args.graph_max_size), "--backend", args.backend,
-                  "--device", args.device, "--timeout", str(args.timeout), "--world-size", str(n), "--port", str(port),
-                  "--cuda-graphs" if args.cuda_graphs else "--no-cuda-graphs"]
-        cmds = [[info["path"], os.path.abspath(__file__), "--worker", "--rank", str(r), "--result", files["result"][r],
-                 "--progress", files["progress"][r], *common] for r in range(n)]
-        outcome = run_workers(cmds, env, max(1.0, deadline - time.monotonic()), files["progress"], files["log"])
-        logs = ""
-        for log in files["log"]:
-            with open(log, encoding="utf-8", errors="replace") as fh:
-                logs += fh.read()
-        report["nccl_log"] = parse_nccl_log(logs) if args.backend == "nccl" else None
-        if args.log_dir:
-            os.makedirs(args.log_dir, exist_ok=True)
-            for rank, log in enumerate(files["log"]):
-                shutil.copy(log, os.path.join(args.log_dir, "rank%d.log" % rank))
-        if not outcome["ok"]:
-            report.update(status="failed", reason=outcome["reason"])
-            return report
-        ranks = []
-        for path in files["result"]:
-            with open(path, encoding="utf-8") as fh:
-                ranks.append(json.load(fh))
+    first = measure(args, info["path"], n, env, deadline, args.log_dir)
+    report["nccl_log"] = first["nccl_log"]
+    if args.compare_p2p and n > 1:
+        # The other P2P setting, with a deadline of its own: a P2P run that hung must not starve it.
+        other = dict(env)
+        if p2p_disabled(env):
+            other.pop("NCCL_P2P_DISABLE")
+        else:
+            other["NCCL_P2P_DISABLE"] = "1"
+        second = measure(args, info["path"], n, other, time.monotonic() + args.timeout,
+                         args.log_dir and os.path.join(args.log_dir, "other-p2p"))
+        runs = {not p2p_disabled(env): first, not p2p_disabled(other): second}
+        report["p2p_comparison"] = compare_p2p(runs[True], runs[False], n, args.latency_size, args.bandwidth_size,
+                                               primary="without_p2p" if p2p_disabled(env) else "with_p2p")
+    elif args.compare_p2p:
+        report["p2p_comparison"] = {"summary": "not compared: 1 GPU, no peer", "with_p2p": None, "without_p2p": None}
+    if not first["ok"]:
+        report.update(status="failed", reason=first["reason"])
+        return report
+    ranks = first["ranks"]
     report["devices"] = sorted({r["device"] for r in ranks})
     report["graph_error"] = next((r["graph_error"] for r in ranks if r["graph_error"]), None)
     report["results"] = aggregate(ranks, n)
@@ -485,6 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nvidia-smi", default="nvidia-smi")
     ap.add_argument("--nccl-debug", action=argparse.BooleanOptionalAction, default=True,
                     help="run NCCL with NCCL_DEBUG=INFO (unless set) to report its version, transports and settings")
+    ap.add_argument("--compare-p2p", action="store_true",
+                    help="also measure with NCCL_P2P_DISABLE toggled and report both (p2p_comparison)")
     ap.add_argument("--log-dir", help="keep each worker's output (NCCL's log) there as rank<N>.log")
     ap.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")

@@ -51,7 +51,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def failures(report: dict) -> list[str]:
-    """The messages of every failed check, inventory first, then host, then NCCL."""
+    """The messages of every failed check, inventory first, then PCIe, host, NCCL."""
     msgs = ["%s/%s: %s" % (c["phase"], c["name"], c["message"]) for c in report.get("checks", []) if c["status"] == "fail"]
     nccl = report.get("nccl") or {}
     if nccl.get("status") == "failed" and not any(c["status"] == "fail" for c in nccl.get("checks", [])):
@@ -77,6 +77,31 @@ def decision(report: dict) -> dict:
     }
 
 
+def measured(report: dict) -> str | None:
+    """What the all-reduce measured on this host, in words: the consequence each PCIe finding is read against."""
+    nccl = report.get("nccl") or {}
+    rows = nccl.get("results") or []
+    if not rows:
+        return "not measured: %s" % (nccl.get("reason") or "the NCCL step did not run") if report.get("pcie") else None
+    small, large = rows[0], rows[-1]
+    text = "%d GPU(s): %d B in %s us (%s), %d B at %s GB/s bus bandwidth" % (
+        nccl.get("world_size") or 0, small["bytes"], small["latency_us"], small["timing"], large["bytes"], large["busbw_gbps"])
+    if (nccl.get("world_size") or 0) < 2:
+        text += " (1 GPU: no link crossed, the figures only show that NCCL runs)"
+    comparison = nccl.get("p2p_comparison")
+    return text + ("; " + comparison["summary"] if comparison else "")
+
+
+def attach_measured(report: dict) -> None:
+    """Each PCIe finding carries the measured all-reduce figures (measurements: not part of the decision)."""
+    pcie = report.get("pcie")
+    if not pcie:
+        return
+    pcie["measured"] = measured(report)
+    for finding in pcie.get("findings", []):
+        finding["measured"] = pcie["measured"]
+
+
 def render(report: dict) -> str:
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
@@ -94,6 +119,7 @@ def main() -> None:
                                           "report": {"type": "dict", "required": True}},
                            supports_check_mode=True)
     path, report = module.params["path"], dict(module.params["report"])
+    attach_measured(report)
     report["decision"] = decision(report)
     report["result"] = report["decision"]["result"]
     report["failures"] = failures(report)

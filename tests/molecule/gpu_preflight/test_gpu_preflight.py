@@ -27,7 +27,7 @@ def test_report_is_root_owned_and_world_readable(host):
 def test_preflight_passed_against_the_demo_inventory(host):
     r = report(host)
     assert r["result"] == "passed" and r["failures"] == []
-    assert r["phases"] == ["inventory", "host", "nccl"]
+    assert r["phases"] == ["inventory", "pcie", "host", "nccl"]
     statuses = {c["name"]: c["status"] for c in r["checks"]}
     for name in ("gpu_count", "gpu_name", "compute_capability", "gpu_memory", "driver_version", "persistence_mode",
                  "interconnect", "disk", "ram", "shm"):
@@ -41,6 +41,19 @@ def test_preflight_passed_against_the_demo_inventory(host):
     assert xid["readable"] or xid["reason"]
     assert r["inventory"]["topology"]["interconnect"] == "pcie"
     assert {g["driver_version"] for g in r["inventory"]["gpus"]} == {"580.95.05"}  # installed by nvidia_cuda
+
+
+def test_pcie_report_says_why_each_field_is_not_applicable_on_a_container(host):
+    # nvidia-smi is the test double: its GPUs are in no /sys, and it answers neither -q nor topo -p2p.
+    pcie = report(host)["pcie"]
+    assert [g["bus_id"] for g in pcie["gpus"]] == ["0000:%02x:00.0" % (0x18 + i) for i in range(8)]
+    for gpu in pcie["gpus"]:
+        assert gpu["na"]["upstream"].startswith("not in /sys/bus/pci/devices")
+        assert all(gpu["na"].get(k) for k, v in gpu.items() if v is None), gpu
+    assert len(pcie["pairs"]) == 28 and pcie["findings"] == [] and pcie["kernel_params"]["wanted"] == []
+    statuses = {c["name"]: c["status"] for c in report(host)["checks"] if c["phase"] == "pcie"}
+    assert set(statuses.values()) <= {"pass", "n/a"} and statuses["acs_redirect_enabled"] == "n/a"
+    assert host.run("ls /etc/default/grub.d/61-gpu-preflight.cfg /etc/ansible/facts.d/gpu_preflight.fact").rc != 0
 
 
 def test_nccl_skipped_with_its_reason_and_the_settings_passed_through(host):

@@ -16,6 +16,17 @@ def facts():
 
 
 @pytest.fixture(scope="session")
+def pcie_parse():
+    return load("roles/gpu_preflight/module_utils/gpu_preflight_pcie_parse.py")
+
+
+@pytest.fixture(scope="session")
+def pcie(pcie_parse):
+    """The findings module; it imports its parser by name, as loaded above (on a host: ansible.module_utils)."""
+    return load("roles/gpu_preflight/module_utils/gpu_preflight_pcie_findings.py")
+
+
+@pytest.fixture(scope="session")
 def allreduce():
     return load("roles/gpu_preflight/files/gpu_preflight_allreduce.py")
 

@@ -183,3 +183,46 @@ def test_sizes_must_fit_the_element_type():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--dtype", "float32", "--sizes", "16386"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "not multiples of the float32 element size" in proc.stderr
+
+
+def measured_run(us: float, busbw_us: float) -> dict:
+    """A finished 2-rank run of 16 KiB and 256 MiB, each rank timing `us` and `busbw_us` microseconds."""
+    return {"ok": True, "reason": None, "nccl_log": {"transports": ["P2P/CUMEM"]},
+            "ranks": [{"sizes": [{"bytes": 16384, "eager_us": [us] * 3},
+                                 {"bytes": 268435456, "eager_us": [busbw_us] * 3}]} for _ in range(2)]}
+
+
+def test_p2p_comparison_puts_both_sides_and_the_cost_in_words(allreduce):
+    with_p2p = measured_run(20.0, 5000.0)   # 256 MiB in 5 ms: 53.7 GB/s bus bandwidth on 2 GPUs
+    without = measured_run(35.0, 10000.0)
+    without["nccl_log"] = {"transports": ["SHM/direct/direct"]}
+    cmp = allreduce.compare_p2p(with_p2p, without, 2, 16384, 268435456, primary="with_p2p")
+    assert cmp["with_p2p"]["latency_us"] == 20.0 and cmp["without_p2p"]["latency_us"] == 35.0
+    assert cmp["with_p2p"]["busbw_gbps"] == pytest.approx(53.69, abs=0.01)
+    assert cmp["without_p2p"]["transports"] == ["SHM/direct/direct"]
+    assert cmp["summary"].endswith("without P2P the small all-reduce takes 1.75x the time and the large one gets "
+                                   "50% of the bus bandwidth")
+    hung = {"ok": False, "reason": "no result within 150 s", "ranks": [], "nccl_log": None}
+    half = allreduce.compare_p2p(hung, without, 2, 16384, 268435456, primary="with_p2p")
+    assert half["with_p2p"]["status"] == "failed" and half["without_p2p"]["status"] == "measured"
+    assert half["summary"].startswith("with P2P: did not finish (no result within 150 s)")
+
+
+def test_a_hung_p2p_run_still_gets_its_no_p2p_comparison(tmp_path):
+    # The P2P run hangs (as behind ACS); the comparison run gets NCCL_P2P_DISABLE=1 and a deadline of its own.
+    report = orchestrate(tmp_path, *CPU, "--timeout", "6", "--compare-p2p", mode="hang-init-with-p2p")
+    assert report["status"] == "failed" and "no result within 6 s" in report["reason"]
+    cmp = report["p2p_comparison"]
+    assert cmp["primary"] == "with_p2p"
+    assert "no result within 6 s" in cmp["with_p2p"]["reason"]
+    assert "NCCL_P2P_DISABLE=1 seen by this rank" in cmp["without_p2p"]["reason"]
+    assert report["wall_s"] < 30
+
+
+def test_with_p2p_disabled_by_the_server_setting_the_comparison_runs_with_p2p(tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
+    report = orchestrate(tmp_path, *CPU, "--timeout", "6", "--compare-p2p", mode="hang-init-with-p2p")
+    cmp = report["p2p_comparison"]
+    assert cmp["primary"] == "without_p2p"
+    assert "NCCL_P2P_DISABLE=1 seen" in report["reason"]  # the judged run is the server's: P2P off
+    assert "no result within 6 s" in cmp["with_p2p"]["reason"]

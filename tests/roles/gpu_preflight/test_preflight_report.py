@@ -97,3 +97,24 @@ def test_check_mode_writes_nothing_and_diff_shows_the_decision(tmp_path):
     assert json.loads(out["diff"]["after"]) == out["report"]["decision"] and out["diff"]["before"] == ""
     run(tmp_path, path, base_report())
     assert not run(tmp_path, path, rerun_measurements(base_report()), check=True)["changed"]
+
+
+def test_pcie_findings_carry_the_measured_all_reduce_and_fail_by_name(tmp_path):
+    # The report recorded on the lent H200 (docs/validation/gpu_preflight-pcie-h200), with an ACS finding
+    # and a P2P comparison added as a host of several GPUs would have them.
+    recorded = json.loads((HERE / "fixtures" / "pcie-h200" / "report.json").read_text())
+    report = {k: v for k, v in recorded.items() if k not in MEASURED_ONLY}
+    assert report["pcie"]["measured"].startswith("1 GPU(s): 16384 B in ")  # as the machine wrote it
+    report["pcie"]["findings"] = [{"name": "acs_redirect_enabled", "subject": "0000:02:01.0", "severity": "error"}]
+    acs = next(c for c in report["checks"] if c["name"] == "acs_redirect_enabled")
+    acs.update(status="fail", message="acs_redirect_enabled: 0000:02:01.0: ACSCtl ReqRedir+ CmpltRedir+ on")
+    report["nccl"].update(world_size=2, p2p_comparison={"summary": "with P2P: did not finish (no result within 300 s); "
+                                                                   "without P2P (NCCL_P2P_DISABLE=1): 16384 B in 31.0 us"})
+    out = run(tmp_path, tmp_path / "report.json", report)
+    finding = out["report"]["pcie"]["findings"][0]
+    assert finding["measured"] == out["report"]["pcie"]["measured"]
+    assert finding["measured"].startswith("2 GPU(s): 16384 B in ")
+    assert finding["measured"].endswith("without P2P (NCCL_P2P_DISABLE=1): 16384 B in 31.0 us")
+    assert out["failures"] == ["pcie/acs_redirect_enabled: " + acs["message"]]
+    report["nccl"]["p2p_comparison"]["summary"] = "with P2P: did not finish; without P2P: 16384 B in 29.5 us"
+    assert not run(tmp_path, tmp_path / "report.json", report)["changed"]  # measurements only

@@ -37,7 +37,7 @@ def test_matching_inventory_passes_with_nccl_skipped_for_a_reason(gpu_testhost, 
     proc, out, fetched = play(run_playbook, gpu_testhost, tmp_path)
     assert proc.returncode == 0, out[-4000:]
     report = json.loads(gpu_testhost.sh(f"cat {REPORT}").stdout)
-    assert report["result"] == "passed" and report["phases"] == ["inventory", "host", "nccl"]
+    assert report["result"] == "passed" and report["phases"] == ["inventory", "pcie", "host", "nccl"]
     assert report["nccl"]["status"] == "skipped"
     assert report["nccl"]["reason"].startswith("no GPU device nodes (/dev/nvidia[0-9]*) on this host")
     assert {c["name"]: c["status"] for c in report["checks"]}["interconnect"] == "pass"
@@ -66,6 +66,49 @@ def test_a_missing_gpu_fails_naming_the_difference(gpu_testhost, run_playbook, t
     assert recap(out)["changed"] != "0"  # the decision flipped from passed to failed
 
 
+UPDATE_GRUB_DOUBLE = ("#!/bin/sh\n# TEST DOUBLE of update-grub (the test host boots no kernel of its own): "
+                      "records each call and the drop-in it saw\n"
+                      "{ date +%s; cat /etc/default/grub.d/61-gpu-preflight.cfg 2>/dev/null || echo '(no drop-in)'; } "
+                      ">> /var/log/update-grub-double.log\n")
+FIXES = {"gpu_preflight_fix_iommu_passthrough": True, "gpu_preflight_fix_pcie_aspm_off": True,
+         "gpu_preflight_fix_nccl_p2p_disable": True}
+
+
+def test_fixes_show_in_check_mode_apply_when_asked_and_go_when_withdrawn(gpu_testhost, run_playbook, tmp_path):
+    host = gpu_testhost
+    fact, dropin = "/etc/ansible/facts.d/gpu_preflight.fact", "/etc/default/grub.d/61-gpu-preflight.cfg"
+    host.sh("cat > /usr/sbin/update-grub <<'EOF'\n" + UPDATE_GRUB_DOUBLE + "EOF\nchmod 755 /usr/sbin/update-grub")
+    try:
+        check = run_playbook(host, PLAYBOOK, "--check", "--diff", "-e", json.dumps({**CONTAINER, **FIXES}))
+        out = check.stdout + check.stderr
+        assert check.returncode == 0, out[-4000:]
+        assert '+GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} \\"iommu=pt\\" \\"pcie_aspm=off\\""' in out
+        assert '"NCCL_P2P_DISABLE": "1"' in out
+        assert host.sh(f"ls {dropin} {fact} /var/log/update-grub-double.log 2>&1 || true").stdout.count("No such") == 3
+
+        proc, out, _ = play(run_playbook, host, tmp_path, **FIXES)
+        assert proc.returncode == 0, out[-4000:]
+        assert host.sh(f"cat {dropin}").stdout.splitlines()[-1] == \
+            r'GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} \"iommu=pt\" \"pcie_aspm=off\""'
+        assert "iommu=pt" in host.sh("cat /var/log/update-grub-double.log").stdout
+        assert json.loads(host.sh(f"cat {fact}").stdout)["server_env"] == {"NCCL_P2P_DISABLE": "1"}
+        assert "no reboot because the host is a container" in out
+        report = json.loads(host.sh(f"cat {REPORT}").stdout)
+        assert report["expected"]["nccl_env"] == {"NCCL_P2P_DISABLE": "1"}
+        assert report["pcie"]["kernel_params"]["wanted"] == ["iommu=pt", "pcie_aspm=off"]
+
+        again, out, _ = play(run_playbook, host, tmp_path, **FIXES)
+        assert again.returncode == 0 and recap(out)["changed"] == "0", out[-3000:]
+        assert host.sh("wc -l < /var/log/update-grub-double.log").stdout.strip() == "4"  # not run again
+
+        off, out, _ = play(run_playbook, host, tmp_path)
+        assert off.returncode == 0, out[-4000:]
+        assert host.sh(f"ls {dropin} {fact} 2>&1 || true").stdout.count("No such") == 2
+        assert host.sh("tail -1 /var/log/update-grub-double.log").stdout.strip() == "(no drop-in)"
+    finally:
+        host.sh(f"rm -f /usr/sbin/update-grub /var/log/update-grub-double.log {dropin} {fact}")
+
+
 BAD = [
     ("negative-latency", {"gpu_preflight_nccl_max_latency_us": -1}, "gpu_preflight_nccl_max_latency_us must be 0 or more"),
     ("negative-busbw", {"gpu_preflight_nccl_min_busbw_gbps": -5}, "gpu_preflight_nccl_min_busbw_gbps must be 0 or more"),
@@ -78,6 +121,17 @@ BAD = [
      "gpu_preflight_nccl_latency_size (8192) must be one of gpu_preflight_nccl_sizes"),
     ("gpu-count-zero", {"gpu_preflight_expected_gpu_count": 0}, "gpu_preflight_expected_gpu_count must be at least 1"),
     ("env-lower-case", {"gpu_preflight_nccl_env": {"nccl_debug": "INFO"}}, "gpu_preflight_nccl_env must map upper-case"),
+    ("ignore-unknown-finding", {"gpu_preflight_pcie_ignore": ["acs_enabled"]},
+     "gpu_preflight_pcie_ignore names unknown findings ['acs_enabled']"),
+    ("ignore-not-a-list", {"gpu_preflight_pcie_ignore": {"bar1_small": True}}, "gpu_preflight_pcie_ignore"),
+    ("fix-iommu-not-bool", {"gpu_preflight_fix_iommu_passthrough": "sometimes"}, "gpu_preflight_fix_iommu_passthrough"),
+    ("fix-aspm-not-bool", {"gpu_preflight_fix_pcie_aspm_off": "maybe"}, "gpu_preflight_fix_pcie_aspm_off"),
+    ("fix-port-pm-not-bool", {"gpu_preflight_fix_pcie_port_pm_off": [True]}, "gpu_preflight_fix_pcie_port_pm_off"),
+    ("fix-acs-not-bool", {"gpu_preflight_fix_acs_redirect_off": "all bridges"}, "gpu_preflight_fix_acs_redirect_off"),
+    ("fix-p2p-not-bool", {"gpu_preflight_fix_nccl_p2p_disable": "1 please"}, "gpu_preflight_fix_nccl_p2p_disable"),
+    ("reboot-allowed-not-bool", {"gpu_preflight_reboot_allowed": "later"}, "gpu_preflight_reboot_allowed"),
+    ("reboot-timeout-short", {"gpu_preflight_reboot_timeout": 10}, "gpu_preflight_reboot_timeout must be at least 60"),
+    ("compare-p2p-choice", {"gpu_preflight_nccl_compare_p2p": "sometimes"}, "gpu_preflight_nccl_compare_p2p"),
 ]
 
 

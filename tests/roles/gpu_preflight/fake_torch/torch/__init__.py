@@ -5,7 +5,9 @@ find "a Python with torch" and start its workers, and then makes them fail the w
 broken NCCL setup does, chosen by FAKE_TORCH_MODE:
 
 - ``hang-init``: init_process_group never returns (a hung NCCL init);
-- ``crash-init``: init_process_group raises the error NCCL gives for a broken transport.
+- ``crash-init``: init_process_group raises the error NCCL gives for a broken transport;
+- ``hang-init-with-p2p``: hangs unless NCCL_P2P_DISABLE=1, then raises naming that setting
+  (which run of a P2P comparison got which environment).
 
 It implements nothing else: a measurement needs the real torch (tests/device/).
 """
