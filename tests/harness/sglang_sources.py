@@ -30,6 +30,23 @@ def sdist(version: str) -> Path:
     return path
 
 
+def wheel(version: str, python: str = "3.11") -> Path:
+    """Path of the cached wheel of sglang==version for CPython `python` on manylinux x86_64 (from PyPI if missing).
+
+    SGLang 0.5.11 and later publish no sdist, only wheels per Python (compiled gRPC and server cores).
+    """
+    dest = CACHE / "sglang-wheels" / python
+    found = sorted(dest.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        dest.mkdir(parents=True, exist_ok=True)
+        run(f"pip download sglang=={version} (Python {python})",
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+             "--python-version", python, "--platform", "manylinux_2_34_x86_64", "--platform", "manylinux_2_17_x86_64",
+             "--platform", "manylinux2014_x86_64", f"sglang=={version}", "-d", str(dest)])
+        found = sorted(dest.glob(f"sglang-{version}-*.whl"))
+    return found[0]
+
+
 def package_file(version: str, member: str) -> Path:
     """Extract one file of the sglang package (path relative to the package dir)."""
     out = CACHE / "sglang-files" / version / member

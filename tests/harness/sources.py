@@ -13,8 +13,12 @@ bind-mount read-only at /srv/sglang-sources and serve on 127.0.0.1:8089
     wheelhouse/         build requirements (setuptools, setuptools-scm, wheel,
                         packaging, apache-tvm-ffi), the real sgl-kernel 0.3.21
                         wheel, a torch CPU wheel (TEST ONLY: CUDA torch does
-                        not fit here), NVIDIA's CCCL headers wheel, and the
-                        router hosts' sglang-router with its dependencies
+                        not fit here), NVIDIA's CCCL headers wheel, the
+                        router hosts' sglang-router with its dependencies,
+                        and the current release set's wheels: sglang 0.5.17
+                        (Python 3.11), flashinfer-python 0.6.15.post1, and
+                        sglang-kernel 0.4.5 and 0.4.1 (0.5.10's) without
+                        their CUDA libraries (TEST ONLY)
 
 Downloads are cached under ~/.cache/sglang-ansible (SGLANG_ANSIBLE_CACHE); the
 result lives in a directory named after a hash of this recipe and is rebuilt only
@@ -27,7 +31,9 @@ Usage: python3 tests/harness/sources.py [--print-recipe]
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
+import io
 import json
 import os
 import re
@@ -37,6 +43,7 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,6 +55,15 @@ SDISTS = CACHE / "sdists"
 WHEELS = CACHE / "sglang-build-wheels"
 
 SGLANG_VERSIONS = ["0.5.9", "0.5.10"]
+# The current release set's SGLang (roles/sglang_build, sglang_build_release_set 0.5.17): PyPI publishes
+# wheels only (no sdist) from 0.5.11 on; its Python 3.11 wheel goes into the wheelhouse, with the
+# FlashInfer wheel it pins (a JIT package: pure Python and headers).
+CURRENT_SGLANG = "0.5.17"
+CURRENT_FLASHINFER_WHEEL = "flashinfer-python==0.6.15.post1"
+# TEST ONLY: the kernel packages SGLang 0.5.17 and 0.5.10 pin, with their CUDA libraries left out (383 and
+# 352 MB of CUDA code that has nothing to run on a test host; nothing there imports them): the real wheels'
+# other files, metadata and names, read from PyPI by HTTP range requests without downloading the libraries.
+STRIPPED_KERNELS = [("sglang-kernel", "0.4.5"), ("sglang-kernel", "0.4.1")]
 FLASHINFER_VERSION = "0.6.3"
 SGL_KERNEL_WHEEL = "sgl-kernel==0.3.21"
 # TEST ONLY: the CCCL headers (nv/target, cub, thrust) a real CUDA 13.0 toolkit has in
@@ -78,7 +94,9 @@ def log(msg: str) -> None:
 
 def recipe() -> dict:
     return {"sglang": SGLANG_VERSIONS, "flashinfer": FLASHINFER_VERSION, "sgl_kernel": SGL_KERNEL_WHEEL,
-            "torch": TORCH_WHEEL, "cccl": CCCL_WHEEL, "router": ROUTER_WHEEL, "build": BUILD_REQUIREMENTS, "not_in_git": NOT_IN_GIT, "layout": 2}
+            "torch": TORCH_WHEEL, "cccl": CCCL_WHEEL, "router": ROUTER_WHEEL, "build": BUILD_REQUIREMENTS,
+            "not_in_git": NOT_IN_GIT, "current": [CURRENT_SGLANG, CURRENT_FLASHINFER_WHEEL, STRIPPED_KERNELS],
+            "layout": 3}
 
 
 def recipe_hash() -> str:
@@ -151,8 +169,80 @@ def wheels() -> Path:
         log(f"{TORCH_INDEX} unreachable ({why}): {TORCH_WHEEL} from pip's configured indexes only")
         pip(*common, "--no-deps", TORCH_WHEEL)
     pip(*common, ROUTER_WHEEL)
+    pip(*common, "--no-deps", CURRENT_FLASHINFER_WHEEL)
+    shutil.copy2(sglang_sources.wheel(CURRENT_SGLANG, "3.11"), WHEELS)
+    for name, version in STRIPPED_KERNELS:
+        stripped_wheel(name, version, WHEELS)
     stamp.touch()
     return WHEELS
+
+
+class _RangeFile(io.RawIOBase):
+    """A remote file read by HTTP range requests (enough of one for zipfile to read a central directory)."""
+
+    def __init__(self, url: str):
+        self.url, self.pos = url, 0
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=60) as resp:
+            self.size = int(resp.headers["Content-Length"])
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buf) -> int:
+        n = min(len(buf), self.size - self.pos)
+        if n <= 0:
+            return 0
+        req = urllib.request.Request(self.url, headers={"Range": f"bytes={self.pos}-{self.pos + n - 1}"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            data = resp.read()
+        buf[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def stripped_wheel(name: str, version: str, dest: Path, limit: int = 1 << 20) -> Path:
+    """TEST ONLY: PyPI's x86_64 wheel of name==version without its members over `limit` bytes (the
+    compiled libraries), the same file name; RECORD rewritten for what is kept, and the left-out
+    members named in <package>/TEST-ONLY-STRIPPED.txt."""
+    req = urllib.request.Request(f"https://pypi.org/simple/{name}/",
+                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        files = json.load(resp)["files"]
+    prefix = f"{name.replace('-', '_')}-{version}-"
+    entry = next(f for f in files if f["filename"].startswith(prefix) and f["filename"].endswith("x86_64.whl"))
+    out = dest / entry["filename"]
+    if out.exists():
+        return out
+    log(f"reading {entry['filename']} by range requests (its libraries left out: TEST ONLY)")
+    remote = zipfile.ZipFile(io.BufferedReader(_RangeFile(entry["url"]), 1 << 20))
+    kept = [i for i in remote.infolist() if i.file_size <= limit and not i.filename.endswith(".dist-info/RECORD")]
+    dropped = [i.filename for i in remote.infolist() if i.file_size > limit]
+    record_name = next(i.filename for i in remote.infolist() if i.filename.endswith(".dist-info/RECORD"))
+    package = next(i.filename.split("/")[0] for i in kept if i.filename.endswith("/__init__.py"))
+    note = f"{package}/TEST-ONLY-STRIPPED.txt"
+    tmp = out.with_suffix(".part")
+    rows = []
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        members = [(i.filename, remote.read(i)) for i in kept]
+        members.append((note, ("TEST ONLY (tests/harness/sources.py): left out of PyPI's wheel:\n"
+                               + "\n".join(dropped) + "\n").encode()))
+        for member, data in members:
+            zf.writestr(member, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            rows.append(f"{member},sha256={digest},{len(data)}")
+        zf.writestr(record_name, "\n".join(rows + [f"{record_name},,"]) + "\n")
+    os.replace(tmp, out)
+    return out
 
 
 def git(repo: Path, *args: str) -> str:

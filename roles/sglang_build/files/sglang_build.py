@@ -311,7 +311,7 @@ class Build:
                             arch=self.spec["arch"], cmake_args=self.spec["cmake_args"])
             if comp.get("needs_torch"):  # a torch extension is built against torch's ABI
                 material["torch"] = self.component_key("torch")
-        ident = comp["version"] if comp["mode"] == "wheel" else comp["ref"]
+        ident = (comp["version"] or "pinned-by-sglang") if comp["mode"] == "wheel" else comp["ref"]
         return f"{name}-{comp['mode']}-{label(ident)}-{digest(material)[:12]}"
 
     def make_release_id(self) -> str:
@@ -322,6 +322,10 @@ class Build:
             material["flashinfer_aot"] = self.aot_modules
         if self.spec["pip"].get("extra_packages"):
             material["extra_packages"] = self.spec["pip"]["extra_packages"]
+        if self.spec["pip"].get("overrides"):
+            material["overrides"] = self.spec["pip"]["overrides"]
+        if self.spec.get("torch_local_version"):
+            material["torch_local_version"] = self.spec["torch_local_version"]
         sglang = self.spec["components"]["sglang"]
         return f"sglang-{label(sglang['version'])}-{digest(material)[:12]}"
 
@@ -384,7 +388,10 @@ class Build:
             if len(wheels) != 1:
                 raise BuildError(f"{name}: expected one wheel in {self.wheel_dir(name)}, found {len(wheels)}")
             return str(wheels[0])
-        return comp.get("wheel_url") or f"{DISTRIBUTIONS[name]}=={comp['version']}"
+        if comp.get("wheel_url"):
+            return comp["wheel_url"]
+        dist = "<the kernel package sglang names>" if name == "sgl_kernel" else DISTRIBUTIONS[name]
+        return f"{dist}=={comp['version'] or '<the version sglang pins>'}"
 
     def wheel_command(self, name: str, builder_python: str, tree: Path, out: Path) -> list[str]:
         comp = self.spec["components"][name]
@@ -505,6 +512,10 @@ class Build:
         py = str(builder / "bin" / "python")
         if not comp.get("build_isolation", True):
             if comp.get("needs_torch"):
+                torch = self.spec["components"]["torch"]
+                if torch["mode"] == "wheel" and not (torch["version"] or torch.get("wheel_url")):
+                    raise BuildError(f"{name} is built against torch: set sglang_build_torch_version (the release's "
+                                     "torch pin with its local version, such as 2.9.1+cu130)")
                 self.run([py, "-m", "pip", "install", "--quiet", *self.torch_install_args(), self.requirement("torch")],
                          what=f"{name}: torch for the build")
             if comp.get("build_requires"):
@@ -545,8 +556,23 @@ class Build:
         return {"changed": bool(built), "built": built,
                 "reused": [n for n in self.sources() if n not in built]}
 
+    def sglang_wheel(self, py: str) -> Path:
+        """The sglang wheel this release installs: the source build's, else downloaded (no dependencies)."""
+        if self.spec["components"]["sglang"]["mode"] == "source":
+            return Path(self.requirement("sglang"))
+        dest = self.release / "sglang-wheel"
+        self.run([py, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", "sglang", "--dest", str(dest),
+                  *self.index_args("sglang"), self.requirement("sglang")], what="download sglang")
+        wheels = sorted(dest.glob("*.whl"))
+        if len(wheels) != 1:
+            raise BuildError(f"downloading sglang gave {[p.name for p in wheels] or 'no wheel'}, expected one wheel")
+        return wheels[0]
+
     def phase_venv(self) -> dict:
-        """Create the release venv and install the four components, in order, each pinned after install."""
+        """Create the release venv; install the torch family, the kernel package, FlashInfer, SGLang, the extra
+        packages and the overrides, in order, each pinned after install (files/sglang_release.py: what and why)."""
+        import sglang_release as rel  # beside this tool in ROOT/tools (tasks/install.yml)
+
         if (self.release / "venv.json").exists():
             return {"changed": False, "release_dir": str(self.release)}
         missing = self.to_build()
@@ -557,31 +583,44 @@ class Build:
         self.release.mkdir(parents=True)
         self.run([self.spec["python"], "-m", "venv", str(self.venv)], what="release venv")
         py = str(self.venv / "bin" / "python")
+        sglang_wheel = self.sglang_wheel(py)
+        try:
+            derived = rel.derive(rel.requires_dist(rel.wheel_metadata(sglang_wheel)),
+                                 self.spec["components"]["sglang"]["version"])
+            steps = rel.install_steps(self, derived, str(sglang_wheel))
+        except rel.ReleaseError as err:
+            raise BuildError(str(err)) from err
+        log(f"{sglang_wheel.name} pins: torch {derived['torch']}, "
+            f"{(derived['kernel'] or {}).get('dist', 'no kernel package')} {(derived['kernel'] or {}).get('version')}, "
+            f"FlashInfer {(derived['flashinfer'] or {}).get('version')}", self.logfile)
         pins = self.release / "constraints.txt"
         pins.write_text("")
+        compile_ = [] if self.spec["pip"].get("compile", True) else ["--no-compile"]
         installed = {}
-        for name in COMPONENTS:
-            args = self.torch_install_args() if name == "torch" else (
-                (["--no-deps"] if self.spec["pip"]["no_deps"] else []) + self.index_args(name))
-            log(f"installing {name} ({self.spec['components'][name]['mode']}) into {self.release_id}", self.logfile)
-            compile_ = [] if self.spec["pip"].get("compile", True) else ["--no-compile"]
-            self.run([py, "-m", "pip", "install", "--quiet", *compile_, "--constraint", str(pins), *args,
-                      self.requirement(name)],
-                     what=f"install {name}")
-            version = subprocess.run([py, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))",
-                                      DISTRIBUTIONS[name]], capture_output=True, text=True, check=True).stdout.strip()
-            installed[name] = version
-            with pins.open("a", encoding="utf-8") as fh:  # later installs may not replace it
-                fh.write(f"{DISTRIBUTIONS[name]}=={version}\n")
-        extra = self.spec["pip"].get("extra_packages") or []
-        if extra:
-            log(f"installing the extra packages {' '.join(extra)} into {self.release_id}", self.logfile)
-            self.run([py, "-m", "pip", "install", "--quiet", *compile_, "--constraint", str(pins),
-                      *(["--no-deps"] if self.spec["pip"]["no_deps"] else []), *self.index_args(), *extra],
-                     what="install the extra packages")
-        write_json(self.release / "venv.json", {"installed": installed, "started": started,
-                                                "seconds": round(time.time() - started, 1)})
+        for step in steps:
+            log(f"installing {step['name']}: {' '.join(mask(r) for r in step['requirements'])}", self.logfile)
+            # Overrides replace what the set pinned: they are the one step the pins do not hold.
+            constraint = [] if step.get("override") else ["--constraint", str(pins)]
+            self.run([py, "-m", "pip", "install", "--quiet", *compile_, *constraint, *step["args"],
+                      *step["requirements"]], what=f"install {step['name']}")
+            for dist in step["pins"]:
+                version = self.installed_version(py, dist)
+                if version is None:
+                    continue  # a companion the installs did not bring (a --no-deps test install)
+                installed[dist] = version
+                with pins.open("a", encoding="utf-8") as fh:  # later installs may not replace it
+                    fh.write(f"{dist}=={version}\n")
+        write_json(self.release / "venv.json", {
+            "installed": installed, "derived": derived, "expected": rel.expected_versions(self, derived),
+            "steps": [{"name": s["name"], "requirements": [mask(r) for r in s["requirements"]]} for s in steps],
+            "started": started, "seconds": round(time.time() - started, 1)})
         return {"changed": True, "installed": installed, "release_dir": str(self.release)}
+
+    @staticmethod
+    def installed_version(py: str, dist: str) -> str | None:
+        out = subprocess.run([py, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))", dist],
+                             capture_output=True, text=True, check=False)
+        return out.stdout.strip() if out.returncode == 0 else None
 
     # ----- FlashInfer modules compiled into the release -----
     def aot_env(self, work: Path) -> dict:
@@ -745,17 +784,23 @@ class Build:
         """Verify the installed release; write its manifest, then mark it complete."""
         if not (self.release / "venv.json").exists():
             raise BuildError(f"{self.release} has no installed venv (run the venv phase)")
+        import sglang_release as rel  # beside this tool in ROOT/tools (tasks/install.yml)
+
         py = str(self.venv / "bin" / "python")
-        out = subprocess.run([py, "-c", CHECK_SCRIPT, json.dumps(DISTRIBUTIONS)], capture_output=True, text=True,
+        venv = json.loads((self.release / "venv.json").read_text())
+        # What the venv phase derived from sglang's metadata (a release of an older tool: the spec's versions).
+        expected = venv.get("expected") or {DISTRIBUTIONS[n]: self.spec["components"][n]["version"] for n in COMPONENTS}
+        looked_up = {d: d for d in [*expected, *rel.TORCH_COMPANIONS]}
+        out = subprocess.run([py, "-c", CHECK_SCRIPT, json.dumps(looked_up)], capture_output=True, text=True,
                              check=False)
         if out.returncode != 0:
             raise BuildError(f"the release's Python could not inspect it:\n{out.stderr[-2000:]}")
         found = json.loads(out.stdout)
-        problems = []
-        for name in COMPONENTS:
-            want, have = self.spec["components"][name]["version"], found["versions"][name]
-            if have is None or canonical(have) != canonical(want):
-                problems.append(f"{DISTRIBUTIONS[name]}: requested {want}, installed {have}")
+        problems = [f"{dist}: requested {want}, installed {found['versions'][dist]}"
+                    for dist, want in expected.items() if not rel.same_version(found["versions"][dist], want)]
+        problems += rel.family_problems(found["versions"])
+        found["pip_check"] = self.pip_check(py)
+        problems += [f"pip check: {line}" for line in found["pip_check"]["unexpected"]]
         missing = [f for f in self.spec["required_model_files"] if f not in found["model_files"]]
         if not found["sglang_dir"] or not found["model_files"]:
             problems.append("sglang's package or its srt/models directory was not found")
@@ -781,21 +826,42 @@ class Build:
         log(f"release {self.release_id} complete", self.logfile)
         return dict(result, changed=True)
 
+    def pip_check(self, py: str) -> dict:
+        """`pip check` of the release: a broken requirement fails it, except those of an override (expected).
+
+        Skipped for a --no-deps install (TEST ONLY), where every dependency is missing by design.
+        """
+        if self.spec["pip"]["no_deps"]:
+            return {"skipped": "installed without dependencies (sglang_build_pip_no_deps)", "unexpected": []}
+        import sglang_release as rel
+
+        proc = subprocess.run([py, "-m", "pip", "check"], capture_output=True, text=True, env=self.base_env(),
+                              check=False)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith("No broken requirements")]
+        overridden = {rel.parse_requirement(r)["name"] for r in self.spec["pip"].get("overrides") or []}
+        expected = [ln for ln in lines if any(rel.normalize(w) in overridden for w in re.findall(r"[A-Za-z0-9._-]+", ln))]
+        return {"expected": expected, "unexpected": [ln for ln in lines if ln not in expected]}
+
     def manifest(self, found: dict, arch: dict, aot: dict) -> dict:
         venv = json.loads((self.release / "venv.json").read_text())
+        kernel = (venv.get("derived", {}).get("kernel") or {}).get("dist", DISTRIBUTIONS["sgl_kernel"])
+        dists = dict(DISTRIBUTIONS, sgl_kernel=kernel)
         components = {}
         for name in COMPONENTS:
             comp = self.spec["components"][name]
-            entry = {"mode": comp["mode"], "requested": comp["version"], "installed": found["versions"][name],
-                     "key": self.keys[name]}
+            entry = {"mode": comp["mode"], "distribution": dists[name],
+                     "requested": comp["version"] or f"{venv.get('expected', {}).get(dists[name])} (sglang's pin)",
+                     "installed": found["versions"].get(dists[name]), "key": self.keys[name]}
             if comp["mode"] == "source":
                 entry["build"] = json.loads((self.wheel_dir(name) / "build.json").read_text())
             else:
-                entry["requirement"] = mask(self.requirement(name))
                 entry["index"] = [mask(a) for a in self.index_args(name)]
             components[name] = entry
         inputs = json.loads(mask(json.dumps(self.spec)))
-        return {"release_id": self.release_id, "inputs": inputs, "components": components,
+        return {"release_id": self.release_id, "release_set": self.spec.get("release_set", ""), "inputs": inputs,
+                "components": components, "versions": found["versions"], "pins_from_sglang": venv.get("derived"),
+                "install_steps": venv.get("steps"), "overrides": self.spec["pip"].get("overrides") or [],
+                "pip_check": found["pip_check"],
                 "arch": {"torch_cuda_arch_list": self.spec["arch"]["torch_cuda_arch_list"],
                          "flashinfer_cuda_arch_list": self.spec["arch"]["flashinfer_cuda_arch_list"],
                          "cuda": self.spec["cuda"], "check": arch},

@@ -76,11 +76,15 @@ def build(spec: dict, root: Path | None = None) -> sb.Build:
 
 def test_defaults_reproduce_the_reference_host(default_spec):
     c = default_spec["components"]
+    assert default_spec["release_set"] == "0.5.9"
+    # torch's version is SGLang's pin (test_release_sets.py), in PyTorch's cu130 build.
     assert (c["torch"]["mode"], c["torch"]["version"], c["torch"]["index_url"]) == (
-        "wheel", "2.9.1+cu130", "https://download.pytorch.org/whl/cu130")
+        "wheel", "", "https://download.pytorch.org/whl/cu130")
+    assert default_spec["torch_local_version"] == "+cu130"
     assert c["sgl_kernel"]["version"] == "0.3.21+cu130" and "+cu130" in c["sgl_kernel"]["wheel_url"]
-    assert c["flashinfer"]["version"] == "0.6.3"
+    assert c["flashinfer"]["version"] == ""  # SGLang's pin: 0.6.3
     assert (c["sglang"]["mode"], c["sglang"]["ref"], c["sglang"]["version"]) == ("source", "v0.5.9", "0.5.9")
+    assert default_spec["pip"]["overrides"] == ["nvidia-cudnn-cu13==9.15.1.9"]
     assert default_spec["cuda"] == {"version": "13.0", "home": "/usr/local/cuda-13.0"}
     assert default_spec["arch"] == {"torch_cuda_arch_list": "12.0", "flashinfer_cuda_arch_list": "12.0a"}
     assert default_spec["max_jobs"] == 4  # 0 means the host's vCPUs
@@ -124,7 +128,7 @@ def test_a_component_key_depends_on_its_own_inputs_only(default_spec):
 
 def test_sgl_kernel_source_build_renders_command_and_environment(tmp_path):
     spec = render_spec(tmp_path, "-e", "sglang_build_sgl_kernel_mode=source", "-e", "sglang_build_sgl_kernel_version=0.3.21",
-                       "-e", "sglang_build_max_jobs=6")
+                       "-e", "sglang_build_torch_version=2.9.1+cu130", "-e", "sglang_build_max_jobs=6")
     plan = build(spec, tmp_path / "opt").plan()
     sk = plan["components"]["sgl_kernel"]
     assert sk["mode"] == "source" and sk["ref"] == "v0.5.9" and not sk["cached"]
