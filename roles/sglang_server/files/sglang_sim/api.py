@@ -21,6 +21,7 @@ from .settings import READY_TEXT, SimConfigError, SimSettings
 from .model_dir import is_kimi_k25, missing_weights, read_config
 from .sglang_dir import KIMI_CLASS, KIMI_K25_NAME, kimi_crash_traceback, missing_target_method
 from .specmodel import SpecOutOfMemory
+from . import toolcalls
 
 HEALTH_CHECK_POLL_S = 1.0  # SGLang's health_generate sleeps 1 s before its first check
 CHAT_DEFAULT_MAX_TOKENS = 128  # SGLang would generate to EOS/context; the sim has no EOS
@@ -318,6 +319,7 @@ class SimServer:
 
     async def _openai(self, http: HttpRequest, out: Responder, chat: bool) -> None:
         """/v1/chat/completions and /v1/completions, shaped like serving_chat/serving_completions."""
+        tool_reply = None
         try:
             body = http.json()
             if chat:
@@ -326,6 +328,7 @@ class SimServer:
                     raise ValueError("messages must be a non-empty list")
                 words = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
                 max_new = body.get("max_completion_tokens") or body.get("max_tokens") or CHAT_DEFAULT_MAX_TOKENS
+                tool_reply = toolcalls.reply(body, self.args) if toolcalls.wants_tool(body) else None
             else:
                 prompt = body.get("prompt")
                 if not isinstance(prompt, str):
@@ -346,12 +349,16 @@ class SimServer:
         if not body.get("stream"):
             self._launch(req)
             await req.done.wait()
-            if chat:
-                choice: dict[str, Any] = {"index": 0, "message": {
+            finish = "length"
+            if chat and tool_reply:  # the simulated model calls a tool (toolcalls.py)
+                choice: dict[str, Any] = {"index": 0, "message": tool_reply[0]}
+                finish = tool_reply[1]
+            elif chat:
+                choice = {"index": 0, "message": {
                     "role": "assistant", "content": req.text or None, "reasoning_content": None, "tool_calls": None}}
             else:
                 choice = {"index": 0, "text": req.text}
-            choice.update({"logprobs": None, "finish_reason": "length", "matched_stop": None})
+            choice.update({"logprobs": None, "finish_reason": finish, "matched_stop": None})
             await out.send_json(200, {"id": req.rid, "object": "chat.completion" if chat else "text_completion",
                                       "created": created, "model": model, "choices": [choice],
                                       "usage": self._usage(req),
@@ -380,11 +387,19 @@ class SimServer:
                 return
             if first:  # serving_chat sends the role first, then the first content
                 out.event(chunk(chat_choice(role="assistant", content=""), None))
-            if piece:
+            if piece and not tool_reply:
                 out.event(chunk(chat_choice(content=piece), usage))
 
         def tail() -> list[bytes]:
-            events = [chunk(chat_choice(finish="length"), None)] if chat else []
+            events = []
+            if chat and tool_reply:  # the tool call's parts as deltas, then its finish_reason
+                message, finish = tool_reply
+                for part in ("reasoning_content", "content", "tool_calls"):
+                    if message[part]:
+                        events.append(chunk(chat_choice(**{part: message[part]}), None))
+                events.append(chunk(chat_choice(finish=finish), None))
+            elif chat:
+                events.append(chunk(chat_choice(finish="length"), None))
             if options.get("include_usage"):
                 # serving_completions dumps this chunk with exclude_none=True, serving_chat does not
                 events.append(chunk(None, self._usage(req)) if chat else dumps(
