@@ -124,3 +124,33 @@ def test_a_driver_change_then_the_reboot_it_needs_brings_the_stack_back(host):
     report = json.loads(host.file("/var/lib/nvidia-cuda/report.json").content_string)
     assert report["driver"]["version"] == "590.48.01" and report["driver"]["cuda_version"] == "13.1"
     record(driver_change_reboot_to_health_generate_200_s=round(ready, 1))
+
+
+def test_the_upgrade_to_the_current_release_set_through_upgrade_yml(host):
+    """playbooks/upgrade.yml from the 0.5.9 set (converged by site.yml) to the current one, 0.5.17: its
+    kernel package (sglang-kernel, not sgl-kernel) and FlashInfer from its own metadata, the EAGLE-3 patch
+    finding the delegation upstream and changing nothing, the server restarted on it, and the bench
+    comparing the two releases on this host (the rollout's table)."""
+    results = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "bench-results"
+    old = host.file("/opt/sglang/current").linked_to.rsplit("/", 1)[-1]
+    assert old.startswith("sglang-0.5.9-")
+    began = time.monotonic()
+    proc, out = playbook("playbooks/upgrade.yml", "-e", "sglang_build_release_set=0.5.17",
+                         "-e", f"sglang_bench_results_dir={results}", timeout=1500)
+    assert proc.returncode == 0, out[-6000:]
+    new = host.file("/opt/sglang/current").linked_to.rsplit("/", 1)[-1]
+    assert new.startswith("sglang-0.5.17-") and new != old
+    assert host.file("/var/lib/sglang/serving-release").content_string.strip().endswith(new)
+    assert health(host) == "200"
+    manifest = json.loads(host.file(f"/opt/sglang/releases/{new}/manifest.json").content_string)
+    assert manifest["release_set"] == "0.5.17"
+    assert manifest["components"]["sgl_kernel"]["distribution"] == "sglang-kernel"
+    assert manifest["versions"]["sglang-kernel"] == "0.4.5" and "sgl-kernel" not in manifest["versions"]
+    assert manifest["versions"]["flashinfer-python"] == "0.6.15.post1" and manifest["versions"]["sglang"] == "0.5.17"
+    # The delegation is upstream in 0.5.17: the patch left the model file as the wheel shipped it.
+    kimi = host.file(manifest["sglang_dir"] + "/srt/models/kimi_k25.py").content_string
+    assert "added by Ansible" not in kimi and "def set_eagle3_layers_to_capture" in kimi
+    table = out.split("Show the table")[-1].split("PLAY RECAP")[0]
+    assert old in table and new in table, table[-3000:]
+    print("\n[upgrade 0.5.9 -> 0.5.17] " + " ".join(ln.strip() for ln in table.splitlines() if NAME in ln))
+    record(upgrade_to_current_set_s=round(time.monotonic() - began, 1))
