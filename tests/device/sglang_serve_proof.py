@@ -309,19 +309,20 @@ class Proof:
         self.proc = None
         if self.log_handle:
             self.log_handle.close()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # the port and the GPU free again
-            busy = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-                                  capture_output=True, text=True).stdout.strip() if shutil.which("nvidia-smi") else ""
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        deadline, port_free_at = time.monotonic() + 30, None
+        while time.monotonic() < deadline:  # the port free again, and the GPU (at most 10 s more)
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
-                    s.bind((HOST, PORT))
-                    port_free = True
+                    sock.bind((HOST, PORT))
+                    port_free_at = port_free_at or time.monotonic()
                 except OSError:
-                    port_free = False
-            if port_free and not busy:
-                return
+                    pass
+            if port_free_at is not None:
+                busy = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                                      capture_output=True, text=True).stdout.strip() if shutil.which("nvidia-smi") else ""
+                if not busy or time.monotonic() - port_free_at > 10:
+                    return
             time.sleep(0.5)
 
     def wait_ready(self, timeout: float, step: int = 10) -> dict[str, Any]:
