@@ -491,7 +491,7 @@ class Proof:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 rc = proc.wait()
-            out.write(f"\n# rc={rc} wall={time.monotonic() - started:.1f}s\n".encode())
+            out.write(f"\n# rc={rc} (collected {time.monotonic() - started:.1f}s after its start)\n".encode())
             out.close()
             text = (self.work / "errors" / f"{name}.txt").read_text(errors="replace").strip().splitlines()
             self.say(f"{name}: rc={rc}: {' | '.join(text[-3:-1])[:400]}")
