@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -167,6 +168,154 @@ def load_revision(root: Path, repo_id: str, rev: str = "main") -> Revision:
     return Revision(repo_id, sha, meta, repo_dir / "revisions" / sha)
 
 
+# --------------------------------------------------------------------------- a pair real SGLang loads
+
+# The smallest shapes that take SGLang's EAGLE-3 path as a real model does: a LlamaForCausalLM
+# target of 8 layers (SGLang captures the hidden states of layers [2, L // 2, L - 3] for the draft:
+# three distinct layers from 8 on; with 6 two coincide and the draft's fc gets 2 of its 3 inputs)
+# and a one-layer LlamaForCausalLMEagle3 draft of the same hidden size.
+LLAMA_SHAPE = {"hidden": 256, "layers": 8, "heads": 4, "kv_heads": 2, "intermediate": 512, "vocab": 1024}
+BF16_ONE = b"\x80\x3f"  # 1.0 in bfloat16, little-endian
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: every byte is a printable character (tokenizers' ByteLevel)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def llama_tokenizer(vocab: int) -> dict[str, bytes]:
+    """A byte-level BPE tokenizer of `vocab` ids (256 bytes, bigram merges, <s> and </s> last).
+
+    Any text encodes (every byte is a token) and decodes back exactly, so /generate, the OpenAI
+    endpoints and the chat template work as with a real tokenizer."""
+    alphabet = _bytes_to_unicode()
+    tokens = [alphabet[b] for b in sorted(alphabet, key=lambda b: (b not in range(33, 127), alphabet[b]))]
+    letters = "ĠetaoinshrdlucmfwypvbgkjqxzETAOINSHRDLUCMFWYPVBGKJQXZ0123456789"
+    merges = list(itertools.islice(itertools.product(letters, letters), vocab - 2 - len(tokens)))
+    ids = {t: i for i, t in enumerate(tokens + [a + b for a, b in merges])}
+    specials = [{"id": len(ids) + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                 "normalized": False, "special": True} for i, c in enumerate(("<s>", "</s>"))]
+    byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": specials, "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", **byte_level},
+        "post_processor": {"type": "ByteLevel", **byte_level},
+        "decoder": {"type": "ByteLevel", **byte_level},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": ids, "merges": [f"{a} {b}" for a, b in merges]},
+    }
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+              "model_max_length": 4096, "clean_up_tokenization_spaces": False}
+    template = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+                "{% if add_generation_prompt %}<s>assistant: {% endif %}")
+    return {"tokenizer.json": json.dumps(tokenizer, ensure_ascii=False).encode(),
+            "tokenizer_config.json": json.dumps(config, indent=2).encode(),
+            "chat_template.jinja": template.encode()}
+
+
+def _bf16_random(rnd: random.Random, count: int) -> bytes:
+    """`count` bfloat16 values of magnitude 2^-7..2^-5 with random signs and mantissas (seeded)."""
+    out = bytearray(2 * count)
+    out[0::2] = rnd.randbytes(count)  # low byte: the exponent's last bit and the mantissa
+    out[1::2] = rnd.randbytes(count).translate(bytes(0x3C if i % 2 else 0xBC for i in range(256)))
+    return bytes(out)
+
+
+def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int], bytes]]) -> None:
+    """A safetensors file of (name, dtype, shape, data) tensors, in the given order."""
+    header, off = {"__metadata__": {"format": "pt"}}, 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
+        off += len(data)
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob)
+        for *_, data in tensors:
+            f.write(data)
+
+
+def make_llama_pair(root: Path, *, seed: int = 1, agree: bool = True, **shape: int) -> tuple[Path, Path]:
+    """Write a loadable random-weight Llama target and its EAGLE-3 draft under root/; return their dirs.
+
+    Real checkpoints for real SGLang (bf16, HF names; the draft's as SGLang's llama_eagle3.py loads
+    them: midlayer.*, fc, norm, lm_head, d2t, t2d). agree=True zeroes both models' final norm: every
+    logit is 0, so greedy decoding picks token 0 in the target and the draft alike (both take the
+    first of equal maxima) and every draft token is accepted: the accept length the server reports
+    must then be num_steps + 1 at topk 1. With agree=False the draft guesses at random (about 1).
+    """
+    dims = {**LLAMA_SHAPE, **shape}
+    hidden, heads, kv, inter, vocab = dims["hidden"], dims["heads"], dims["kv_heads"], dims["intermediate"], dims["vocab"]
+    head_dim = hidden // heads
+    rnd = random.Random(seed)
+    ones = BF16_ONE * hidden
+    final_norm = b"\x00\x00" * hidden if agree else ones
+
+    def rand(*shape_: int) -> bytes:
+        count = 1
+        for n in shape_:
+            count *= n
+        return _bf16_random(rnd, count)
+
+    def dense(name: str, rows: int, cols: int) -> tuple[str, str, list[int], bytes]:
+        return (name, "BF16", [rows, cols], rand(rows, cols))
+
+    def attention_mlp(prefix: str, width_in: int) -> list[tuple[str, str, list[int], bytes]]:
+        return [dense(f"{prefix}.self_attn.q_proj.weight", heads * head_dim, width_in),
+                dense(f"{prefix}.self_attn.k_proj.weight", kv * head_dim, width_in),
+                dense(f"{prefix}.self_attn.v_proj.weight", kv * head_dim, width_in),
+                dense(f"{prefix}.self_attn.o_proj.weight", hidden, heads * head_dim),
+                dense(f"{prefix}.mlp.gate_proj.weight", inter, hidden),
+                dense(f"{prefix}.mlp.up_proj.weight", inter, hidden),
+                dense(f"{prefix}.mlp.down_proj.weight", hidden, inter),
+                (f"{prefix}.input_layernorm.weight", "BF16", [hidden], ones),
+                (f"{prefix}.post_attention_layernorm.weight", "BF16", [hidden], ones)]
+
+    common = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": inter,
+              "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim, "vocab_size": vocab,
+              "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16", "bos_token_id": vocab - 2,
+              "eos_token_id": vocab - 1, "attention_bias": False, "mlp_bias": False}
+    label = {"test_double": "synthetic model with random weights (tests/harness/synthetic_model.py), not a real checkpoint"}
+    target_tensors = [dense("model.embed_tokens.weight", vocab, hidden)]
+    for i in range(dims["layers"]):
+        target_tensors += attention_mlp(f"model.layers.{i}", hidden)
+    target_tensors += [("model.norm.weight", "BF16", [hidden], final_norm), dense("lm_head.weight", vocab, hidden)]
+    draft_tensors = attention_mlp("midlayer", 2 * hidden) + [
+        ("midlayer.hidden_norm.weight", "BF16", [hidden], ones),
+        dense("fc.weight", hidden, 3 * hidden),
+        ("norm.weight", "BF16", [hidden], final_norm),
+        dense("lm_head.weight", vocab, hidden),
+        ("d2t", "I64", [vocab], bytes(8 * vocab)),  # draft id + d2t = target id: the identity map
+        ("t2d", "BOOL", [vocab], b"\x01" * vocab)]
+    configs = {
+        "target": {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": dims["layers"], **common, **label},
+        "draft": {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, "draft_vocab_size": vocab,
+                  **common, **label},
+    }
+    dirs = []
+    for name, tensors in (("target", target_tensors), ("draft", draft_tensors)):
+        directory = Path(root) / f"llama-tiny-{name}"
+        directory.mkdir(parents=True, exist_ok=True)
+        write_safetensors(directory / "model.safetensors", tensors)
+        (directory / "config.json").write_text(json.dumps(configs[name], indent=2) + "\n")
+        (directory / "generation_config.json").write_text(json.dumps(
+            {"bos_token_id": vocab - 2, "eos_token_id": vocab - 1}) + "\n")
+        for rel, data in llama_tokenizer(vocab).items():
+            (directory / rel).write_bytes(data)
+        dirs.append(directory)
+    return dirs[0], dirs[1]
+
+
 # --------------------------------------------------------------------------- molecule fixtures
 
 MOLECULE_REPOS = {
@@ -222,6 +371,10 @@ def main(argv=None) -> int:
     mk.add_argument("--shards", type=int, default=4)
     mk.add_argument("--shard-mb", type=float, default=8)
     mk.add_argument("--seed", type=int, default=1)
+    ll = sub.add_parser("llama-pair", help="write a loadable random-weight Llama target and EAGLE-3 draft (real SGLang)")
+    ll.add_argument("--root", required=True)
+    ll.add_argument("--seed", type=int, default=1)
+    ll.add_argument("--random-draft", action="store_true", help="a draft that guesses (accept length about 1)")
     args = ap.parse_args(argv)
     if args.cmd in ("fixtures", "molecule"):
         base = molecule_fixtures()
@@ -233,6 +386,9 @@ def main(argv=None) -> int:
             tmp.symlink_to(base)
             os.replace(tmp, link)
         print(base)
+    elif args.cmd == "llama-pair":
+        target, draft = make_llama_pair(Path(args.root), seed=args.seed, agree=not args.random_draft)
+        print(json.dumps({"target": str(target), "draft": str(draft)}))
     else:
         rev = make_repo(Path(args.root), args.repo_id, shards=args.shards, shard_mb=args.shard_mb, seed=args.seed)
         print(json.dumps({"repo_id": rev.repo_id, "sha": rev.sha, "files": len(rev.files)}))

@@ -5,9 +5,12 @@ something to start, health-check, benchmark and break on machines without a GPU 
 molecule containers, a laptop).  This program stands in for `python -m
 sglang.launch_server` of SGLang 0.5.9: it takes exactly SGLang's command-line flags (from
 flags.json in this package, generated from SGLang's own server_args.py; unknown flags are an
-argparse error, exit 2) and speaks the HTTP API shapes of SGLang 0.5.9, but every answer
-is made up.  Everything it says about itself is labelled: the --help text, the first log
-line and `"simulator": true` in /get_server_info.  Standard library only (python3 >= 3.11).
+argparse error, exit 2) and speaks the HTTP API shapes of SGLang 0.5.9 with the fields 0.5.17
+added (checked against what a real 0.5.17 server answered on an H200:
+tests/roles/sglang_server/test_sim_contract.py, which names where the two releases differ and
+the 0.5.9 shape is kept), but every answer is made up.  Everything it says about itself is
+labelled: the --help text, the first log line and `"simulator": true` in /get_server_info.
+Standard library only (python3 >= 3.11).
 
 Run it as SGLang is run, by module: ``python3 -m sglang_sim --model-path ... [SGLang flags]`` with
 the directory holding this package on ``sys.path`` (on a host: the unit's launcher,

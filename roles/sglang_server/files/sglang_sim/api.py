@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .engine import Engine, GenRequest
 from .http import ClientGone, HttpRequest, Responder, dumps, read_request
-from .metrics import SimMetrics
+from .metrics import DEFAULT_MAX_TOTAL_TOKENS as SIM_TOKENS, SimMetrics
 from .settings import READY_TEXT, SimConfigError, SimSettings
 from .model_dir import is_kimi_k25, missing_weights, read_config
 from .sglang_dir import KIMI_CLASS, KIMI_K25_NAME, kimi_crash_traceback, missing_target_method
@@ -103,13 +103,13 @@ class SimServer:
     # ---- info endpoints
 
     async def health(self, req: HttpRequest, out: Responder) -> None:
-        if not self.ready:
-            await out.send(503, b"", "text/plain")
+        if not self.ready:  # fastapi's Response(status_code=503): no body, no content type
+            await out.send(503, b"", None)
             return
         if req.path == "/health_generate" or os.environ.get(
                 "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").lower() in ("true", "1", "yes", "y"):
             await asyncio.sleep(HEALTH_CHECK_POLL_S)
-        await out.send(200, b"", "text/plain")
+        await out.send(200, b"", None)
 
     def is_kimi(self) -> bool:
         """Kimi-K2.5 by its local directory's config.json, else (a Hub id) by its name."""
@@ -127,9 +127,17 @@ class SimServer:
             "weight_version": self.args.get("weight_version"),
             "has_image_understanding": False,
             "has_audio_understanding": False,
-            "model_type": "kimi_k25" if self.is_kimi() else None,
-            "architectures": [KIMI_CLASS] if self.is_kimi() else None,
+            **self.model_identity(),
         })
+
+    def model_identity(self) -> dict[str, Any]:
+        """model_type and architectures as SGLang reads them from the model's config.json (a Kimi-K2.5 Hub id:
+        its known values; another Hub id: null, the simulator cannot read it)."""
+        config = read_config(self.args["model_path"])
+        if config is not None and not self.is_kimi():
+            return {"model_type": config.get("model_type"), "architectures": config.get("architectures")}
+        kimi = self.is_kimi()
+        return {"model_type": "kimi_k25" if kimi else None, "architectures": [KIMI_CLASS] if kimi else None}
 
     async def server_info(self, req: HttpRequest, out: Responder) -> None:
         internal = dict(self.args)
@@ -137,10 +145,25 @@ class SimServer:
         internal["effective_max_running_requests_per_dp"] = self.args.get("max_running_requests")
         if self.engine.avg_spec_accept_length() is not None:
             internal["avg_spec_accept_length"] = self.engine.avg_spec_accept_length()
+        # SGLang 0.5.17's additions (0.5.9 has none of them): the scheduler's memory and start-up figures.
+        graphs = dict.fromkeys(("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"), 0.0)
+        startup = {"load_weight": self.settings.load_seconds, "kv_cache_allocation": 0.0, "scheduler_e2e": 0.0,
+                   "cuda_graph": graphs}
+        internal.pop("custom_sigquit_handler", None)  # a callable: 0.5.17 leaves it out of the internal state
+        internal.update(grpc_worker_threads=4, max_speculative_num_draft_tokens=self.args.get(
+            "speculative_num_draft_tokens"), memory_usage={"weight": 0.0, "kvcache": 0.0, "startup_available": 0.0,
+                                                           "token_capacity": SIM_TOKENS, "token_capacity_swa": None,
+                                                           "graph": dict(graphs)},
+            startup_time=startup)
         await out.send_json(200, {
             **self.args,
             "simulator": True,
             "simulator_settings": self.settings.as_json(),
+            "status": "ready" if self.ready else "starting",
+            "max_total_num_tokens": SIM_TOKENS,
+            "max_req_input_len": (self.args.get("context_length") or 262144) - 6,
+            "startup_time": {**startup, "tokenizer_e2e": self.settings.load_seconds},
+            "kv_events": None,
             "internal_states": [internal],
             "version": self.version,
         })
@@ -172,9 +195,23 @@ class SimServer:
                 "gen_throughput": self.engine.last_gen_throughput, "cache_hit_rate": 0.0,
                 "utilization": round(running / cap, 4) if cap else 0.0, "max_running_requests": cap,
                 "num_total_reqs": running + waiting}
+        # SGLang 0.5.17's additions per rank (its load snapshot); num_total_reqs and the aggregate below
+        # are 0.5.9's only, kept: sglang_router's drain reads aggregate.total_reqs.
+        accept = self.engine.avg_spec_accept_length()
+        load.update({
+            "timestamp": time.time(), "num_waiting_uncached_tokens": 0, "num_total_tokens": 0, "num_active_tokens": 0,
+            "total_prefill_uncached_tokens": 0, "total_prefill_busy_us": 0, "decode_moments": [0.0] * 6,
+            "memory": {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": SIM_TOKENS},
+            "speculative": {"accept_length": accept or 0.0, "accept_rate": (accept or 0.0) / max(1, self.engine.max_k)},
+            "disaggregation": {"mode": "null", "prefill_bootstrap_queue_reqs": 0, "prefill_inflight_queue_reqs": 0,
+                               "decode_prealloc_queue_reqs": 0, "decode_transfer_queue_reqs": 0,
+                               "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0,
+                               "kv_transfer_latency_ms": 0.0},
+            "queues": {"waiting": waiting, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0}})
         await out.send_json(200, {
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "version": self.version, "dp_rank_count": 1, "loads": [load], "simulator": True,
+            "version": self.version, "accelerator": "simulated (sglang_sim)", "num_accelerators": 1,
+            "dp_rank_count": 1, "loads": [load], "simulator": True,
             "aggregate": {"total_running_reqs": running, "total_waiting_reqs": waiting,
                           "total_reqs": running + waiting, "avg_token_usage": 0.0,
                           "avg_throughput": round(self.engine.last_gen_throughput, 2),
@@ -185,7 +222,7 @@ class SimServer:
         """The deprecated /get_load (what sglang-router's /get_loads asks each worker)."""
         running, waiting = self._load_counts()
         await out.send_json(200, [{"dp_rank": 0, "num_reqs": running + waiting, "num_waiting_reqs": waiting,
-                                   "num_tokens": 0, "ts_tic": time.time()}])
+                                   "num_tokens": 0, "num_pending_tokens": 0, "ts_tic": time.time()}])
 
     # ---- generation
 
@@ -250,25 +287,46 @@ class SimServer:
             "cached_tokens": 0,
             "e2e_latency": (req.finished_wall or time.time()) - req.created_wall,
         }
+        # SGLang 0.5.17's fields (num_retractions is 0.5.9's total_retractions renamed; both are sent).
+        now = time.time()
+        meta.update(num_retractions=0, forward_entry_time=req.created_wall,
+                    prefill_finished_time=getattr(req, "sim_first_token_wall", req.created_wall), queue_time=0.0,
+                    reasoning_tokens=0, cached_tokens_details={"device": 0, "host": 0}, dp_rank=None)
         if req.verify_ct:
             accepted = req.completion_tokens - 1 - req.verify_ct
             drafts = req.verify_ct * (self.engine.max_k - 1)
             meta["spec_accept_rate"] = accepted / drafts if drafts else 0.0
             meta["spec_accept_length"] = req.completion_tokens / req.verify_ct
-            meta["spec_accept_token_num"] = accepted
+            meta["spec_accept_token_num"] = accepted  # 0.5.9's names
             meta["spec_draft_token_num"] = drafts
             meta["spec_verify_ct"] = req.verify_ct
             meta["spec_accept_histogram"] = req.histogram
+            # 0.5.17's: every verify step's bonus token is not a draft (completion = correct drafts + steps)
+            correct = req.completion_tokens - req.verify_ct
+            meta.update(spec_num_correct_drafts=correct, spec_num_proposed_drafts=drafts, spec_accepted_drafts=correct,
+                        spec_proposed_drafts=drafts, spec_correct_drafts_histogram=req.histogram)
+        e2e = (req.finished_wall or now) - req.created_wall
+        meta.update(request_received_ts=req.created_wall, api_server_dispatch_finish_ts=req.created_wall,
+                    response_sent_to_client_ts=now, request_finished_ts=req.finished_wall or now,
+                    decode_throughput=req.completion_tokens / e2e if e2e > 0 else 0.0)
         return meta
 
-    def _native_payload(self, req: GenRequest, ids_from: int = 0) -> bytes:
+    def _native_payload(self, req: GenRequest, ids_from: int = 0, first: bool = False) -> bytes:
         """/generate's JSON: cumulative text, output_ids, meta_info (spec metrics once finished)."""
         # The text is ASCII words from VOCAB: no JSON escaping needed, so it is spliced in.
         ids = req.ids_csv if ids_from == 0 else ",".join(map(str, req.ids[ids_from:]))
         if req.finished:
             meta = dumps(self._meta_info(req))
         else:
-            meta = req.meta_head + b"%d" % req.completion_tokens + b',"cached_tokens":0}'
+            tail = getattr(req, "sim_meta_tail", None)
+            if tail is None:  # rendered once, at the first token (SGLang 0.5.17's fields of a running request)
+                req.sim_first_token_wall = time.time()
+                tail = req.sim_meta_tail = (
+                    b',"num_retractions":0,"forward_entry_time":%r,"prefill_finished_time":%r,"queue_time":0.0,'
+                    b'"reasoning_tokens":0,"cached_tokens_details":{"device":0,"host":0},"dp_rank":null'
+                    % (req.created_wall, req.sim_first_token_wall))
+            sent = b',"response_sent_to_client_ts":%r' % time.time() if first else b""  # 0.5.17: the first event only
+            meta = req.meta_head + b"%d" % req.completion_tokens + b',"cached_tokens":0' + tail + sent + b"}"
         return b'{"text":"' + req.text.encode() + b'","output_ids":[' + ids.encode() + b'],"meta_info":' + meta + b"}"
 
     async def generate(self, http: HttpRequest, out: Responder) -> None:
@@ -300,7 +358,7 @@ class SimServer:
         def sink(r: GenRequest) -> None:
             nonlocal sent_ids
             # --stream-output makes output_ids incremental; text stays cumulative (tokenizer_manager)
-            out.event(self._native_payload(r, sent_ids if self.args.get("stream_output") else 0))
+            out.event(self._native_payload(r, sent_ids if self.args.get("stream_output") else 0, first=not sent_ids))
             sent_ids = len(r.ids)
 
         await self._stream(out, req, sink, lambda: [])

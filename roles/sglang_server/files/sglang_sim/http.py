@@ -49,13 +49,14 @@ class Responder:
         self.writer, self.req, self.keep_alive = writer, req, keep_alive
         self.status = 0
 
-    def _head(self, status: int, content_type: str, extra: str) -> bytes:
+    def _head(self, status: int, content_type: str | None, extra: str) -> bytes:
         self.status = status
         log.info('INFO:     %s - "%s %s HTTP/1.1" %d %s', self.req.peer, self.req.method, self.req.path,
                  status, REASONS.get(status, ""))
         conn = "keep-alive" if self.keep_alive else "close"
+        kind = f"content-type: {content_type}\r\n" if content_type else ""  # None: a bare Response(status_code=...)
         return (f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nserver: sglang-sim\r\n"
-                f"content-type: {content_type}\r\nconnection: {conn}\r\n{extra}\r\n").encode("latin-1")
+                f"{kind}connection: {conn}\r\n{extra}\r\n").encode("latin-1")
 
     async def _write(self, data: bytes) -> None:
         if self.writer.transport.is_closing():
@@ -66,7 +67,7 @@ class Responder:
         except (ConnectionError, RuntimeError) as exc:
             raise ClientGone() from exc
 
-    async def send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    async def send(self, status: int, body: bytes, content_type: str | None = "application/json") -> None:
         await self._write(self._head(status, content_type, f"content-length: {len(body)}\r\n") + body)
 
     async def send_json(self, status: int, obj: Any) -> None:
