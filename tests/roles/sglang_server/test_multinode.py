@@ -301,7 +301,9 @@ def test_rendered_unit_of_a_single_node_has_no_multinode_flags(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     unit = (out / "gpu1.service").read_text()
     args = unit_args(unit)
-    assert flag(args, "--tp-size") == "8" and args[-1] == "--enable-metrics"
+    assert flag(args, "--tp-size") == "8" and "--enable-metrics" in args
+    # Kimi-K2.5's parsers, rendered by default for the reference model (sglang_server_model_module kimi_k25).
+    assert flag(args, "--tool-call-parser") == flag(args, "--reasoning-parser") == "kimi_k2"
     assert not {"--nnodes", "--node-rank", "--dist-init-addr"} & set(args)
     assert "infiniband" not in unit and "NCCL_SOCKET_IFNAME" not in (out / "gpu1.env").read_text()
     assert json.loads((out / "gpu1.json").read_text())["endpoint"]["serves_http"] is True
