@@ -274,3 +274,29 @@ def test_no_significant_gain_keeps_the_start_and_the_budget_stops_the_search(tmp
     assert phases.count("candidate") == 2 and phases[-1] == "confirm", phases
     out = tool("report", "--state", state2, "--out-dir", tmp_path, "--no-plot")
     assert out["stop"].startswith("the budget") and out["minutes_used"] <= 9
+
+
+def test_a_winner_its_fresh_runs_do_not_confirm_is_not_served(tmp_path) -> None:
+    """The search moves on runs that happened to be fast; the fresh runs after it are not faster than the
+    start's: the start's settings stay, and the report says what the fresh runs gave."""
+    settings = {"num_steps": [3, 4], "eagle_topk": [1], "num_draft_tokens": [4],
+                "start": {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}, "objective": "single",
+                "budget_minutes": 100, "restart_minutes": 1, "measure_minutes": 1, "runs": 5}
+    state = tmp_path / "state.json"
+    tool("plan", "--state", state, stdin=json.dumps(settings))
+    rng = random.Random(1)
+    phases = []
+    while (step := tool("next", "--state", state))["candidate"] is not None:
+        cand = step["candidate"]
+        phases.append(cand["phase"])
+        lucky = cand["num_steps"] == 4 and cand["phase"] != "confirm"  # fast only while it is selected
+        values = [(110.0 if lucky else 100.0) * (1 + rng.gauss(0, 0.02)) for _ in range(cand["runs"])]
+        (tmp_path / "r.json").write_text(json.dumps(bench_json(values)))
+        tool("record", "--state", state, "--label", cand["label"], "--result", tmp_path / "r.json")
+    assert phases[0] == "start" and "confirm" in phases, phases
+    out = tool("report", "--state", state, "--out-dir", tmp_path, "--no-plot")
+    assert out["best"] == {"num_steps": 4, "eagle_topk": 1, "num_draft_tokens": 5} and out["winner"] is None
+    assert out["serving"] == settings["start"] and abs(out["gain_pct"]) < 3 and out["restarts"] == 2
+    report = (tmp_path / "report.md").read_text()
+    assert "No significant gain: the best point, tune-s4-k1-n5, gave " in report, report
+    assert "the server keeps tune-s3-k1-n4" in report
