@@ -64,21 +64,24 @@ def test_each_start_draws_a_speed_factor() -> None:
 
 
 def test_a_benchmark_sees_the_spread_per_run_and_the_start_is_logged(start_sim, run_bench) -> None:
-    """25 runs of 128 tokens (a fast simulator, short prefill: seconds): the runs' tok/s spread by about the
-    accept length's 5% (a little less at 128 tokens: a token more or less per request is 1%); without noise
-    (deterministic: 0) by well under 1%."""
+    """25 runs of 128 tokens through the benchmark client: each run's accept length (the server's own count,
+    free of the clock's jitter on a loaded machine) spreads by the configured 5%; without noise
+    (deterministic: 0) only by the last verify step's rounding. The runs' tok/s follow it (printed)."""
     args = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "lightseekorg/kimi-k2.5-eagle3",
             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
-    spread = {}
+    spread, tok_spread = {}, {}
     for noise in ("5", "0"):
         sim = start_sim(args, env={"SGLANG_SIM_DECODE_TOK_S": "400", "SGLANG_SIM_TTFT_MS": "5",
                                    "SGLANG_SIM_NOISE_PCT": noise, "SGLANG_SIM_START_NOISE_PCT": noise,
-                                   "SGLANG_SIM_NOISE_NONCE": "1"})  # the draws fixed: only the clock's jitter varies
+                                   "SGLANG_SIM_NOISE_NONCE": "1"})  # the draws fixed
         result = run_bench(sim.url, "--runs", "25", "--max-tokens", "128")
         assert result.returncode == 0, result.stderr
-        values = [r["tok_s"] for r in result.json["runs"]]
-        spread[noise] = statistics.stdev(values) / statistics.fmean(values)
+        accept = [r["accept_length"] for r in result.json["runs"]]
+        tok_s = [r["tok_s"] for r in result.json["runs"]]
+        spread[noise] = statistics.stdev(accept) / statistics.fmean(accept)
+        tok_spread[noise] = statistics.stdev(tok_s) / statistics.fmean(tok_s)
         logged = json.loads(sim.out_path.read_text().split("settings ", 1)[1].splitlines()[0])
         assert logged["noise_pct"] == float(noise) and "noise_nonce" in logged and "start_speed" in logged
-    print(f"per-run spread of tok/s: {spread['5']:.1%} with 5% noise, {spread['0']:.2%} without")
-    assert 0.025 < spread["5"] < 0.075 and spread["0"] < 0.01
+    print(f"per-run spread: accept length {spread['5']:.1%} with 5% noise, {spread['0']:.2%} without; "
+          f"tok/s {tok_spread['5']:.1%} and {tok_spread['0']:.2%}")
+    assert 0.035 < spread["5"] < 0.065 and spread["0"] < 0.015
