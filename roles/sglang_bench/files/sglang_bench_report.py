@@ -115,14 +115,14 @@ def t_test(new: list[float], ref: list[float] | None, ref_mean: float, confidenc
     without spread (all runs equal) is exact.
     """
     diff = statistics.fmean(new) - ref_mean
-    spread = statistics.variance(new) + (statistics.variance(ref) if ref is not None else 0.0)
-    if spread == 0:
+    var_new, var_ref = statistics.variance(new), statistics.variance(ref) if ref is not None else 0.0
+    if var_new + var_ref == 0:
         return {"diff": diff, "ci": (diff, diff), "p": 1.0 if diff == 0 else 0.0, "df": None}
-    a = statistics.variance(new) / len(new)
+    a = var_new / len(new)
     if ref is None:
         se, df = math.sqrt(a), len(new) - 1.0
     else:
-        b = statistics.variance(ref) / len(ref)
+        b = var_ref / len(ref)
         se = math.sqrt(a + b)
         df = (a + b) ** 2 / (a ** 2 / (len(new) - 1) + b ** 2 / (len(ref) - 1))
     cdf, ppf = _t_dist()
@@ -131,14 +131,18 @@ def t_test(new: list[float], ref: list[float] | None, ref_mean: float, confidenc
     return {"diff": diff, "ci": (diff - half, diff + half), "p": min(1.0, p), "df": _finite(df)}
 
 
-def power(diff: float, var_new: float, var_ref: float | None, n: int, confidence: float) -> float:
+def power(diff: float, var_new: float, var_ref: float | None, n: int, confidence: float,
+          n_ref: int | None = None) -> float:
     """Power of the two-sided t-test (Welch's, or one-sample when var_ref is None) with n runs
-    per session to detect a true difference ``diff``, given the run-to-run variances."""
+    in the new session (and n_ref in the reference, n unless given) to detect a true difference
+    ``diff``, given the run-to-run variances (sglang_tune.py sizes unequal samples with it)."""
+    n_ref = n if n_ref is None else n_ref
     if var_ref is None:
         se2, df = var_new / n, n - 1.0
     else:
-        se2 = (var_new + var_ref) / n
-        df = (var_new + var_ref) ** 2 * (n - 1) / (var_new ** 2 + var_ref ** 2) if se2 > 0 else n - 1.0
+        a, b = var_new / n, var_ref / n_ref
+        se2 = a + b
+        df = se2 ** 2 / (a ** 2 / (n - 1) + b ** 2 / (n_ref - 1)) if se2 > 0 else n - 1.0
     if se2 == 0:
         return 1.0 if diff else 0.0
     ncp = abs(diff) / math.sqrt(se2)

@@ -24,10 +24,11 @@ testinfra_hosts = [f"podman://{ROUTER}"]  # cluster tests: run once, not once pe
 RELEASES = "/opt/sglang/releases"
 SLOW, SAME = f"{RELEASES}/r5-slow", f"{RELEASES}/r6-same"
 RESULTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "bench-results-canary"
-# 8 runs per benchmark: enough for the verdict to tell 20% from noise; a 10% gate leaves room for the
-# noise of two cores shared with the traffic, and still catches 20%.
-EXTRA = ["--skip-tags", "build,model", "-e", json.dumps({"sglang_bench_results_dir": str(RESULTS), "sglang_bench_runs": 8,
-                                                         "sglang_bench_max_drop_pct": 10})]
+# 12 runs per benchmark and a gate at 99.9%: under the simulator's 5% per run and the noise of two cores
+# shared with the traffic (10% per run: t about 4.9), 20% slower is still called slower, and two sessions
+# of equal speed get a false verdict once in 1000; a 10% gate leaves room for that noise.
+EXTRA = ["--skip-tags", "build,model", "-e", json.dumps({"sglang_bench_results_dir": str(RESULTS), "sglang_bench_runs": 12,
+                                                         "sglang_bench_max_drop_pct": 10, "sglang_bench_confidence": 0.999})]
 URLS = {name: f"http://{name}:{SERVER_PORT}" for name in GPUS}
 PLAY = "PLAY [Canary first, then the other GPU hosts in batches]"
 
@@ -149,7 +150,7 @@ def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
     for name in GPUS:
         row = table_row(out, name)
         assert row[:2] == [Path(olds[name]).name, "r6-same"] and row[-1] == "upgraded", row
-        assert row[2] in ("faster", "inconclusive", "slower"), row  # slower would be within the 10% gate
+        assert row[2] == "inconclusive", row  # equal speed: a difference the runs cannot tell from noise
         assert 0.85 < float(row[4]) / float(row[3]) < 1.15, row
         s = state(name)
         assert (s["current"], s["serving"], s["previous"]) == (SAME, SAME, olds[name])

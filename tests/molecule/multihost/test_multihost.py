@@ -187,13 +187,16 @@ def test_bad_settings_fail_before_any_host_leaves_the_router(host):
     print(f"bad setting refused before the rollout in {wall:.1f} s")
 
 
-# The simulator's speculative model (specmodel.py) and a two-candidate search: the start 3/1/4, then topk 4.
+# The simulator's speculative model (specmodel.py) and a two-candidate search: the start 3/1/4, then topk 4
+# (21% faster). 10 runs per candidate (the start 20): under 10% per-run noise (the simulator's 5% and two
+# cores shared with the traffic) the fresh runs confirm it in 99% of 1000 in-process trials
+# (tests/roles/sglang_bench/test_tune_noise.py's harness).
 TUNE_EXTRA = {
     "sglang_server_simulator_env": {"SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DECODE_TOK_S": "40",
                                     "SGLANG_SIM_ACCEPT_FIRST": "0.8", "SGLANG_SIM_ACCEPT_DECAY": "0.9",
                                     "SGLANG_SIM_DRAFT_STEP_COST": "0.06", "SGLANG_SIM_VERIFY_TOKEN_COST": "0.02"},
     "sglang_bench_tune_num_steps": [3], "sglang_bench_tune_eagle_topk": [1, 4], "sglang_bench_tune_num_draft_tokens": [16],
-    "sglang_bench_tune_runs": 2, "sglang_bench_tune_budget_minutes": 2, "sglang_bench_tune_restart_minutes": 0.5,
+    "sglang_bench_tune_runs": 10, "sglang_bench_tune_budget_minutes": 3.5, "sglang_bench_tune_restart_minutes": 0.5,
     "sglang_bench_tune_measure_minutes": 0.25,
 }
 
@@ -213,7 +216,7 @@ def test_tuning_one_host_under_traffic_fails_no_request(host):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert KEY not in out
-    outcome = re.search(r'"msg": "((?:Winner|Nothing beat)[^"]*)"', out)
+    outcome = re.search(r'"msg": "((?:Winner|No significant gain)[^"]*)"', out)
     assert outcome, out[-5000:]
     assert outcome.group(1).startswith("Winner: tune-s3-k4-n16"), outcome.group(1)
     info = json.loads(call(f"http://{address(GPUS[0])}:{SERVER_PORT}/get_server_info")[1])

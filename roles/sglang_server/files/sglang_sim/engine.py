@@ -45,11 +45,13 @@ class AcceptSampler:
     """Tokens per EAGLE verify step for one request.
 
     Draws k from a chain-acceptance model (k = 1 + accepted drafts, each next draft accepted
-    with probability p, at most max_k) whose mean is `mean`, then clamps k so that the
-    request's total after s steps stays within 1 token of s * mean.  The clamp is what makes
-    a single request's rate match the configured truth within a fraction of a per cent
-    instead of the few per cent a free random walk would wander.  `p` is one probability for
-    every position, or one per draft position (the speculative model's q_i, specmodel.py).
+    with probability p, at most max_k), then clamps k so that the request's total after s steps
+    stays within 1 token of s * mean.  `mean` is the request's own accept length: the configured
+    one, or with SGLANG_SIM_NOISE_PCT drawn around it per request (prompts differ in how well the
+    draft guesses them), which is the run-to-run spread; the clamp keeps the random walk of the
+    draws from adding its own, so a request's rate is what its mean says.  `p` is one
+    probability for every position, or one per draft position (the speculative model's q_i,
+    specmodel.py).
     """
 
     BOUND = 1.0
@@ -153,8 +155,10 @@ class Engine:
             self.accept_p = chain_acceptance(settings.accept_length, self.max_k)
         self.max_running: int | None = server_args.get("max_running_requests")
         self.log_interval = int(server_args.get("decode_log_interval") or 40)
-        self.base_step = settings.slowdown_factor / settings.decode_tok_s
-        self.ttft = settings.ttft_ms * settings.slowdown_factor / 1000.0
+        # SGLANG_SIM_START_NOISE_PCT: this start's speed factor (clocks, memory layout of a real start).
+        self.speed = settings.start_speed()
+        self.base_step = settings.slowdown_factor / settings.decode_tok_s / self.speed
+        self.ttft = settings.ttft_ms * settings.slowdown_factor / 1000.0 / self.speed
         self.waiting: deque[tuple[GenRequest, asyncio.Future[None]]] = deque()
         self.admitted = 0
         self.joining: list[GenRequest] = []
@@ -178,8 +182,12 @@ class Engine:
     def new_sampler(self, number: int) -> AcceptSampler | None:
         if not self.spec:
             return None
-        return AcceptSampler(self.accept_length, self.max_k, self.accept_p,
-                             random.Random(f"{self.settings.seed}:{number}"))
+        if not self.settings.noise_pct:  # deterministic per request number, the same in every start
+            return AcceptSampler(self.accept_length, self.max_k, self.accept_p,
+                                 random.Random(f"{self.settings.seed}:{number}"))
+        rng = self.settings.noise_rng(str(number))
+        mean = self.accept_length * (1.0 + rng.gauss(0.0, self.settings.noise_pct / 100.0))
+        return AcceptSampler(min(max(1.0, mean), float(self.max_k)), self.max_k, self.accept_p, rng)
 
     def avg_spec_accept_length(self) -> float | None:
         return self.spec_tokens / self.spec_steps if self.spec_steps else None

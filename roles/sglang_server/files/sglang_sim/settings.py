@@ -7,7 +7,9 @@ the command line must be SGLang's; a bad value is a SimConfigError (exit 2), nev
 from __future__ import annotations
 
 import math
+import random
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,11 @@ class SimSettings:
     draft_step_cost: float = 0.08
     verify_token_cost: float = 0.03
     spec_memory_limit: float = 0.0
+    # Run-to-run noise (percent): each request's accept length, and a speed factor per start; the
+    # nonce makes one start's draws differ from another's (logged, so a start can be replayed).
+    noise_pct: float = 0.0
+    start_noise_pct: float = 0.0
+    noise_nonce: int = 0
     sglang_dir: Path | None = None
     faults: tuple[tuple[str, int | None], ...] = ()
 
@@ -95,7 +102,17 @@ class SimSettings:
         accept_decay = number("SGLANG_SIM_ACCEPT_DECAY", cls.accept_decay, 0.0, strict=True)
         if accept_decay > 1.0:
             raise SimConfigError(f"SGLANG_SIM_ACCEPT_DECAY={accept_decay!r} must be <= 1")
+        noise = {name: number(name, 0.0, 0.0) for name in ("SGLANG_SIM_NOISE_PCT", "SGLANG_SIM_START_NOISE_PCT")}
+        for name, value in noise.items():
+            if value > 30:
+                raise SimConfigError(f"{name}={value!r} must be at most 30 (a spread in percent)")
+        nonce = env.get("SGLANG_SIM_NOISE_NONCE") or str(time.time_ns())
+        if not re.fullmatch(r"\d+", nonce):
+            raise SimConfigError(f"SGLANG_SIM_NOISE_NONCE={nonce!r} is not a non-negative integer")
         return cls(
+            noise_pct=noise["SGLANG_SIM_NOISE_PCT"],
+            start_noise_pct=noise["SGLANG_SIM_START_NOISE_PCT"],
+            noise_nonce=int(nonce),
             accept_first=accept_first,
             accept_decay=accept_decay,
             draft_step_cost=number("SGLANG_SIM_DRAFT_STEP_COST", cls.draft_step_cost, 0.0),
@@ -121,6 +138,16 @@ class SimSettings:
         return SpecModel(self.accept_first, self.accept_decay, self.draft_step_cost, self.verify_token_cost,
                          self.spec_memory_limit)
 
+    def noise_rng(self, stream: str) -> random.Random:
+        """The seeded draws of this start (SEED and the nonce) for one stream: "start" or a request's number."""
+        return random.Random(f"{self.seed}:{self.noise_nonce}:{stream}")
+
+    def start_speed(self) -> float:
+        """This start's speed factor: 1 + N(0, START_NOISE_PCT %), kept within [0.5, 1.5]."""
+        if not self.start_noise_pct:
+            return 1.0
+        return min(1.5, max(0.5, 1.0 + self.noise_rng("start").gauss(0.0, self.start_noise_pct / 100.0)))
+
     def fault(self, name: str) -> int | bool:
         """The fault's count (or True for plain faults); False when not configured."""
         for fault_name, count in self.faults:
@@ -143,6 +170,10 @@ class SimSettings:
             "draft_step_cost": self.draft_step_cost,
             "verify_token_cost": self.verify_token_cost,
             "spec_memory_limit": self.spec_memory_limit,
+            "noise_pct": self.noise_pct,
+            "start_noise_pct": self.start_noise_pct,
+            "noise_nonce": self.noise_nonce,
+            "start_speed": self.start_speed(),
             "sglang_dir": str(self.sglang_dir) if self.sglang_dir else None,
             "faults": [f"{n}:{c}" if c is not None else n for n, c in self.faults],
         }

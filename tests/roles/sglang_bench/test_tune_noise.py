@@ -1,0 +1,202 @@
+"""The EAGLE-3 tuner's decisions under run-to-run noise (roles/sglang_bench/files/sglang_tune.py).
+
+Each trial drives the tool's search in-process (sglang_tune.drive: the same generator the commands
+replay from the state file) against a known response: every run's tok/s is the response at that
+point times (1 + e), e ~ N(0, 5%) drawn per run (the reference host's spread: ten EAGLE-3 runs
+spanned 87.5-103.5 around 96.1), with the role's default grid (163 points from 3/1/4), budget
+(180 min, 10 min per restart) and runs. 200 seeded trials per response. The issue's acceptance:
+flat response, the start kept in >= 95%; every other setting 2% slower, a worse one chosen in
+<= 5%; a smooth response whose interior optimum is 10% above the start, a setting within 2% of
+it served in >= 90%. Before this design (a 5-run mean beating the best by 1% moved the search)
+the same harness gave 67% and 39% false moves (2000 trials).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+import yaml
+
+from repo import ROOT, load
+
+tune = load("roles/sglang_bench/files/sglang_tune.py", "sglang_tune")
+DEFAULTS = yaml.safe_load((ROOT / "roles" / "sglang_bench" / "defaults" / "main.yml").read_text())
+START = (3, 1, 4)
+TRIALS = 200
+NOISE = 0.05
+
+
+def settings(**change) -> dict:
+    base = {"num_steps": DEFAULTS["sglang_bench_tune_num_steps"], "eagle_topk": DEFAULTS["sglang_bench_tune_eagle_topk"],
+            "num_draft_tokens": DEFAULTS["sglang_bench_tune_num_draft_tokens"],
+            "start": dict(zip(tune.AXES, START)), "objective": "single",
+            "budget_minutes": DEFAULTS["sglang_bench_tune_budget_minutes"],
+            "restart_minutes": DEFAULTS["sglang_bench_tune_restart_minutes"],
+            "measure_minutes": DEFAULTS["sglang_bench_tune_measure_minutes"],
+            "min_gain_pct": DEFAULTS["sglang_bench_tune_min_gain_pct"], "runs": DEFAULTS["sglang_bench_tune_runs"],
+            "confidence": DEFAULTS["sglang_bench_tune_confidence"]}
+    return {**base, **change}
+
+
+CONFIG = tune.Config.from_settings(settings())
+
+
+def tune_once(config, truth, rng, noise=NOISE, restart_noise=0.0):
+    """One tuning against `truth` (tok/s per point; None: the point does not start). Returns the
+    search, the point served and the restarts it took (the final one included)."""
+    server = {"point": config.start, "factor": 1.0 + rng.gauss(0.0, restart_noise), "restarts": 0}
+
+    def measure(ask):
+        if ask.point != server["point"]:
+            server.update(point=ask.point, factor=1.0 + rng.gauss(0.0, restart_noise), restarts=server["restarts"] + 1)
+        value = truth(ask.point) if ask.point is not None else 50.0
+        if value is None:
+            server["point"] = None
+            return {"label": ask.label, "status": "failed", "why": "CUDA out of memory"}
+        return {"label": ask.label, "status": "ok",
+                "single": [value * server["factor"] * (1.0 + rng.gauss(0.0, noise)) for _ in range(ask.runs)]}
+
+    search, pending = tune.drive(config, measure)
+    assert pending is None
+    served = tune.serving(search)
+    restarts = server["restarts"] + (served != server["point"])
+    # the budget holds, the end's restart included
+    assert search.used_minutes + (config.restart_minutes if served != server["point"] else 0) \
+        <= config.budget_minutes + 1e-6, (search.used_minutes, served, server["point"])
+    return search, served, restarts
+
+
+def paraboloid(optimum, top, start_value=100.0):
+    """A smooth response over (steps, log2 topk, log2 draft tokens), one unit per listed step of each:
+    `top` at `optimum`, `start_value` at the start, falling with the squared distance."""
+    def x(p):
+        return p[0], math.log2(p[1]), math.log2(p[2])
+
+    def d2(p):
+        return sum((a - b) ** 2 for a, b in zip(x(p), x(optimum)))
+
+    return lambda p: top - (top - start_value) * d2(p) / d2(START)
+
+
+def trials(truth, seed, **kw):
+    rng = random.Random(seed)
+    return [tune_once(CONFIG, truth, rng, **kw) for _ in range(TRIALS)]
+
+
+def test_the_role_defaults_make_a_grid_larger_than_the_budget() -> None:
+    assert len(CONFIG.grid()) == 163 and CONFIG.max_candidates() < len(CONFIG.grid()) / 10
+
+
+def test_flat_response_keeps_the_start() -> None:
+    """Every setting equal: the search may wander on noise (a move at 5% per look), the fresh runs of its
+    best do not beat the start's (2.5% per look, two looks at most)."""
+    out = trials(lambda p: 100.0, seed=1)
+    kept = sum(served == START for _s, served, _r in out) / TRIALS
+    print(f"flat: start kept in {kept:.1%}; search moved in "
+          f"{sum(s.best != START for s, _v, _r in out) / TRIALS:.1%}; "
+          f"restarts {statistics.fmean(r for *_x, r in out):.1f} on average")
+    assert kept >= 0.95
+
+
+def test_every_other_setting_2pct_slower_is_never_chosen() -> None:
+    out = trials(lambda p: 100.0 if p == START else 98.0, seed=2)
+    worse = sum(served != START for _s, served, _r in out) / TRIALS
+    print(f"2% slower elsewhere: a worse setting served in {worse:.1%}; "
+          f"restarts {statistics.fmean(r for *_x, r in out):.1f} on average")
+    assert worse <= 0.05
+
+
+def test_a_smooth_interior_optimum_10pct_above_the_start_is_found() -> None:
+    """The optimum 6/2/8 is inside the grid on all three axes (steps 1-8, topk 1-8, draft 2-32); along
+    the way the steps gain 1-5% each. Without noise (deterministic: noise 0) the budget ends the search
+    within 2% of it too, at 5/2/16."""
+    truth = paraboloid((6, 2, 8), 110.0)
+    best = max(truth(p) for p in CONFIG.grid())
+    assert best == truth((6, 2, 8)) == 110.0 and truth(START) == 100.0
+    search, served, _r = tune_once(CONFIG, truth, random.Random(0), noise=0.0)
+    assert truth(served) >= 0.98 * best and search.stop.startswith("the budget"), (served, search.stop)
+    out = trials(truth, seed=3)
+    within = sum(truth(served) >= 0.98 * best for _s, served, _r in out) / TRIALS
+    shortfall = sorted(1 - truth(served) / best for _s, served, _r in out)
+    print(f"interior optimum: within 2% in {within:.1%}, shortfall median {statistics.median(shortfall):.2%}, "
+          f"90th percentile {shortfall[int(0.9 * TRIALS)]:.2%}; "
+          f"restarts {statistics.fmean(r for *_x, r in out):.1f} on average")
+    assert within >= 0.90
+    assert all(served != START for _s, served, _r in out[:50])  # a 10% gain is never missed outright
+
+
+def test_two_local_peaks_end_on_a_peak_never_below_the_start() -> None:
+    """The global optimum 110 at 6/2/8 and a local one of 106 at 3/4/16, both on the start's slopes
+    (the start: 100 on both). A local search may take either hill; it must climb one, to within 2%
+    of its top, and never serve less than the start."""
+    glob, local = paraboloid((6, 2, 8), 110.0), paraboloid((3, 4, 16), 106.0)
+
+    def truth(p):
+        return max(glob(p), local(p))
+
+    out = trials(truth, seed=4)
+    on_global = sum(truth(served) >= 0.98 * 110 for _s, served, _r in out) / TRIALS
+    on_local = sum(local(served) >= glob(served) and truth(served) >= 0.98 * 106 for _s, served, _r in out) / TRIALS
+    below = sum(truth(served) < 100.0 for _s, served, _r in out) / TRIALS
+    print(f"two peaks: the global one in {on_global:.1%}, the local one in {on_local:.1%}, below the start in "
+          f"{below:.1%}")
+    assert below <= 0.05
+    assert on_global + on_local >= 0.85
+    assert on_global >= 0.3  # the better hill is not out of reach
+
+
+def test_one_comparison_of_equal_settings_moves_within_its_bound() -> None:
+    """Sequential looks inflate false moves: one comparison of two equal settings (up to LOOKS looks at
+    1 - confidence each) moves in at most LOOKS x (1 - confidence); the served settings stay at the start
+    in at least `confidence` (the fresh runs' test). 2000 comparisons."""
+    config = tune.Config.from_settings(settings(num_steps=[3, 4], eagle_topk=[1]))
+    assert config.grid() == [(3, 1, 4), (4, 1, 5)]
+    rng = random.Random(5)
+    moved = served = looks = 0
+    for _ in range(2000):
+        search, point, _r = tune_once(config, lambda p: 100.0, rng)
+        moved += search.best != START
+        served += point != START
+        looks += len(search.comparisons[0]["looks"])
+    print(f"one comparison of equal settings: moved in {moved / 2000:.2%}, served in {served / 2000:.2%}, "
+          f"{looks / 2000:.2f} looks on average")
+    assert moved / 2000 <= tune.LOOKS * (1 - config.confidence)
+    assert served / 2000 <= 1 - config.confidence
+    assert looks / 2000 > 1.0  # inconclusive comparisons do get more runs
+
+
+def test_a_per_restart_factor_beyond_the_runs_is_what_the_tests_cannot_see() -> None:
+    """The stated limit: the runs of one start are taken as independent, so a speed factor drawn per
+    start (on top of the 5% per run) that the runs do not show makes false moves. Measured over 1000
+    flat tunings: the start kept in 98.2% without it, 97.3% at 0.5% per start, 92.5% at 1%, 83.1% at 2%.
+    The simulator's default per-start factor (0.5%, until the reference host measures it) stays below
+    what breaks the 95%; this test shows the limit is real (and fails once the tests account for it)."""
+    out = trials(lambda p: 100.0, seed=6, restart_noise=0.02)
+    kept = sum(served == START for _s, served, _r in out) / TRIALS
+    print(f"flat with a 2% per-start factor: start kept in {kept:.1%}")
+    assert kept < 0.90
+
+
+@pytest.mark.parametrize("objective", ["throughput", "mix"])
+def test_other_objectives_decide_on_their_own_values(objective) -> None:
+    """throughput: each concurrent request's tok/s x concurrency; mix: single and concurrent paired per
+    run, each relative to the start's mean. A point 20% faster in throughput and 20% slower single-stream
+    wins for throughput, and for a mix weighted 0.2 on single stream, not for one weighted 0.8."""
+    fast = (3, 2, 8)
+
+    def measure_with(rng):
+        def measure(ask):
+            single, conc = (80.0, 1200.0) if ask.point == fast else (100.0, 1000.0)
+            return {"label": ask.label, "status": "ok",
+                    "single": [single * (1 + rng.gauss(0, NOISE)) for _ in range(ask.runs)],
+                    "concurrent": [conc * (1 + rng.gauss(0, NOISE)) for _ in range(ask.runs)]}
+        return measure
+
+    for weight, wins in ([(0.2, True), (0.8, False)] if objective == "mix" else [(0.5, True)]):
+        config = tune.Config.from_settings(settings(num_steps=[3], eagle_topk=[1, 2], num_draft_tokens=[8],
+                                                    objective=objective, concurrency=16, weight=weight))
+        search, _ask = tune.drive(config, measure_with(random.Random(7)))
+        assert (tune.serving(search) == fast) is wins, (objective, weight, search.decision)
