@@ -101,6 +101,12 @@ Per release (TEST ONLY): <release>/sim-slowdown-factor, a number > 0 in the rele
   package of SGLANG_SIM_SGLANG_DIR (the parent of its venv, links resolved: what current pointed at
   when the simulator started), multiplies SLOWDOWN_FACTOR: a test writes 1.25 there to make that
   release 20% slower in tok/s than the others on the same host (sglang_dir.release_of).
+  <release>/sim-output-corruption (a share in [0, 1]) and <release>/sim-tool-format ("kimi" or
+  "broken") make a release answer wrong (answers.py, toolcalls.py); SGLANG_SIM_OUTPUT_CORRUPTION
+  and SGLANG_SIM_TOOL_FORMAT set the same for every release.
+Greedy answers (answers.py): a chat request at temperature 0 without ignore_eos gets the reply of a
+  deterministic model (the same prompt, the same reply), thinking then answering, integer
+  arithmetic right; with tools, a Kimi-K2 tool call (toolcalls.py); both shaped by the parsers.
   SGLANG_SIM_FAULT             unset  comma-separated faults, below
 Faults:
   Kimi-K2.5 + EAGLE-3 check (default on): when SGLANG_SIM_SGLANG_DIR is set, the algorithm

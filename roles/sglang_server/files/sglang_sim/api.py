@@ -21,7 +21,7 @@ from .settings import READY_TEXT, SimConfigError, SimSettings
 from .model_dir import is_kimi_k25, missing_weights, read_config
 from .sglang_dir import KIMI_CLASS, KIMI_K25_NAME, kimi_crash_traceback, missing_target_method
 from .specmodel import SpecOutOfMemory
-from . import toolcalls
+from . import answers, toolcalls
 
 HEALTH_CHECK_POLL_S = 1.0  # SGLang's health_generate sleeps 1 s before its first check
 CHAT_DEFAULT_MAX_TOKENS = 128  # SGLang would generate to EOS/context; the sim has no EOS
@@ -377,7 +377,7 @@ class SimServer:
 
     async def _openai(self, http: HttpRequest, out: Responder, chat: bool) -> None:
         """/v1/chat/completions and /v1/completions, shaped like serving_chat/serving_completions."""
-        tool_reply = None
+        prepared = None
         try:
             body = http.json()
             if chat:
@@ -386,7 +386,13 @@ class SimServer:
                     raise ValueError("messages must be a non-empty list")
                 words = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
                 max_new = body.get("max_completion_tokens") or body.get("max_tokens") or CHAT_DEFAULT_MAX_TOKENS
-                tool_reply = toolcalls.reply(body, self.args) if toolcalls.wants_tool(body) else None
+                corruption, tool_format = self.settings.output_corruption, self.settings.tool_format
+                if toolcalls.wants_tool(body):
+                    prepared = toolcalls.reply(body, self.args, corruption, tool_format)
+                elif answers.wants_answer(body):  # greedy: the simulated model answers and stops
+                    greedy = answers.message(body, self.args, corruption)
+                    prepared = (greedy, "stop")
+                    max_new = min(int(max_new), answers.token_count(greedy))
             else:
                 prompt = body.get("prompt")
                 if not isinstance(prompt, str):
@@ -408,9 +414,9 @@ class SimServer:
             self._launch(req)
             await req.done.wait()
             finish = "length"
-            if chat and tool_reply:  # the simulated model calls a tool (toolcalls.py)
-                choice: dict[str, Any] = {"index": 0, "message": tool_reply[0]}
-                finish = tool_reply[1]
+            if chat and prepared:  # a tool call (toolcalls.py) or a greedy answer (answers.py)
+                choice: dict[str, Any] = {"index": 0, "message": prepared[0]}
+                finish = prepared[1]
             elif chat:
                 choice = {"index": 0, "message": {
                     "role": "assistant", "content": req.text or None, "reasoning_content": None, "tool_calls": None}}
@@ -445,13 +451,13 @@ class SimServer:
                 return
             if first:  # serving_chat sends the role first, then the first content
                 out.event(chunk(chat_choice(role="assistant", content=""), None))
-            if piece and not tool_reply:
+            if piece and not prepared:
                 out.event(chunk(chat_choice(content=piece), usage))
 
         def tail() -> list[bytes]:
             events = []
-            if chat and tool_reply:  # the tool call's parts as deltas, then its finish_reason
-                message, finish = tool_reply
+            if chat and prepared:  # the prepared reply's parts as deltas, then its finish_reason
+                message, finish = prepared
                 for part in ("reasoning_content", "content", "tool_calls"):
                     if message[part]:
                         events.append(chunk(chat_choice(**{part: message[part]}), None))

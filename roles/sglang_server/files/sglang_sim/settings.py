@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .sglang_dir import read_release_slowdown, release_of
+from .sglang_dir import read_release_file, read_release_slowdown, release_of
 from .specmodel import SpecModel
 
 BANNER = "SGLang SIMULATOR (test double: not SGLang, no GPU, no model; roles/sglang_server/files/sglang_sim)"
@@ -54,6 +54,10 @@ class SimSettings:
     noise_nonce: int = 0
     sglang_dir: Path | None = None
     faults: tuple[tuple[str, int | None], ...] = ()
+    # What a release answers (answers.py, toolcalls.py): the share of a greedy answer's words
+    # replaced, and the tool-call format ("kimi", or "broken": unreadable to the parser).
+    output_corruption: float = 0.0
+    tool_format: str = "kimi"
 
     FAULTS_WITH_COUNT = ("crash_after_requests", "error_after_requests")
     FAULTS_PLAIN = ("crash_on_start_missing_eagle3", "never_ready")
@@ -91,6 +95,17 @@ class SimSettings:
             release_factor = read_release_slowdown(release_of(Path(sglang_dir))) if sglang_dir else None
         except ValueError as exc:
             raise SimConfigError(str(exc)) from None
+        release = release_of(Path(sglang_dir)) if sglang_dir else None
+        corruption_raw = env.get("SGLANG_SIM_OUTPUT_CORRUPTION") or read_release_file(release, "sim-output-corruption") or "0"
+        try:
+            corruption = float(corruption_raw)
+        except ValueError:
+            raise SimConfigError(f"the output corruption {corruption_raw!r} is not a number") from None
+        if not 0.0 <= corruption <= 1.0:
+            raise SimConfigError(f"the output corruption {corruption_raw!r} must be a share between 0 and 1")
+        tool_format = env.get("SGLANG_SIM_TOOL_FORMAT") or read_release_file(release, "sim-tool-format") or "kimi"
+        if tool_format not in ("kimi", "broken"):
+            raise SimConfigError(f"the tool-call format {tool_format!r} must be kimi or broken")
         seed = env.get("SGLANG_SIM_SEED", "0") or "0"
         if not re.fullmatch(r"-?\d+", seed):
             raise SimConfigError(f"SGLANG_SIM_SEED={seed!r} is not an integer")
@@ -129,6 +144,8 @@ class SimSettings:
             seed=int(seed),
             sglang_dir=Path(sglang_dir) if sglang_dir else None,
             faults=tuple(faults),
+            output_corruption=corruption,
+            tool_format=tool_format,
         )
 
     def spec_model(self) -> SpecModel | None:
@@ -176,4 +193,6 @@ class SimSettings:
             "start_speed": self.start_speed(),
             "sglang_dir": str(self.sglang_dir) if self.sglang_dir else None,
             "faults": [f"{n}:{c}" if c is not None else n for n, c in self.faults],
+            "output_corruption": self.output_corruption,
+            "tool_format": self.tool_format,
         }

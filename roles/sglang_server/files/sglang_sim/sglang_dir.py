@@ -94,6 +94,13 @@ def release_of(sglang_dir: Path | None) -> Path | None:
     return None
 
 
+def read_release_file(release: Path | None, name: str) -> str | None:
+    """The stripped text of ``<release>/<name>`` (a TEST ONLY file a test writes), None without it."""
+    if release is None or not (release / name).is_file():
+        return None
+    return (release / name).read_text(encoding="utf-8").strip()
+
+
 def read_release_slowdown(release: Path | None) -> float | None:
     """The number in ``<release>/sim-slowdown-factor`` (None without the file).
 

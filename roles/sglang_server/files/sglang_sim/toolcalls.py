@@ -18,6 +18,7 @@ raw call stays in `content` as text. Requests without tools are not touched here
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from typing import Any
 
@@ -61,13 +62,24 @@ def history_calls(body: dict[str, Any]) -> int:
                if isinstance(m, dict) and m.get("role") == "assistant")
 
 
-def reply(body: dict[str, Any], server_args: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The assistant message and finish_reason of a chat request that offers tools."""
+def reply(body: dict[str, Any], server_args: dict[str, Any], corruption: float = 0.0,
+          tool_format: str = "kimi") -> tuple[dict[str, Any], str]:
+    """The assistant message and finish_reason of a chat request that offers tools.
+
+    A corrupted release (answers.py) spoils that share of the arguments' string values; a release
+    whose tool_format is "broken" writes the call with a token the parser does not know, so it
+    stays text in content (what a release whose parser stopped recognising Kimi's format returns).
+    """
     tool = chosen(body)
-    arguments = json.dumps(sample(tool.get("parameters") or {}), ensure_ascii=False)
+    values = sample(tool.get("parameters") or {})
+    if corruption > 0 and isinstance(values, dict):
+        spoil = random.Random(json.dumps(body.get("messages"), sort_keys=True))
+        values = {k: (v + "?" if isinstance(v, str) and spoil.random() < corruption else v) for k, v in values.items()}
+    arguments = json.dumps(values, ensure_ascii=False)
     index = history_calls(body)
     thinking = THINKING.format(name=tool["name"])
-    raw_call = (f"<|tool_calls_section_begin|><|tool_call_begin|>functions.{tool['name']}:{index}"
+    begin = "<|tool_call_start|>" if tool_format == "broken" else "<|tool_call_begin|>"
+    raw_call = (f"<|tool_calls_section_begin|>{begin}functions.{tool['name']}:{index}"
                 f"<|tool_call_argument_begin|>{arguments}<|tool_call_end|><|tool_calls_section_end|>")
     message: dict[str, Any] = {"role": "assistant", "content": None, "reasoning_content": None, "tool_calls": None}
     text = raw_call
@@ -76,7 +88,7 @@ def reply(body: dict[str, Any], server_args: dict[str, Any]) -> tuple[dict[str, 
     else:
         text = f"<think>{thinking}</think>{raw_call}"
     parser = server_args.get("tool_call_parser")
-    if not parser:
+    if not parser or tool_format == "broken":
         message["content"] = text
         return message, "stop"
     call_id = f"functions.{tool['name']}:{index}" if parser == "kimi_k2" else f"call_{uuid.uuid4().hex[:24]}"
