@@ -91,6 +91,13 @@ STUBS = {
                  else 'faster' if stub_mean | float > stub_prev | float * 1.05 else 'inconclusive' }}
       failures: "{{ ['[eagle3] 20% below the previous session'] if stub_prev is not none
                      and stub_mean | float < stub_prev | float * 0.95 else [] }}"
+- name: Publish the answers' verdict (stub; a release named *wrong* answers wrong)
+  ansible.builtin.set_fact:
+    sglang_bench_correctness:
+      verdict: "{{ 'fail' if 'wrong' in stub_served else 'pass' }}"
+      report: "{{ 'agreement with the reference 0.0 (needs >= 0.5)' if 'wrong' in stub_served else 'all figures hold' }}"
+  vars:
+    stub_served: "{{ (lookup('ansible.builtin.file', stub_dir ~ '/' ~ inventory_hostname ~ '.json') | from_json).serving | basename }}"
 - name: Log the benchmark (stub)
   ansible.builtin.include_tasks: "{{ stub_dir }}/log.yml"
   vars:
@@ -158,7 +165,7 @@ def setup(tmp_path: Path, state: dict, hostvars: dict | None = None, groups: dic
         (stub_dir / f"{host}.json").write_text(json.dumps({"current": current, "serving": serving, "previous": previous}))
     shutil.copytree(ROOT / "playbooks", tmp_path / "playbooks")
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "stub_dir": str(stub_dir),
-              "stub_speeds": {"r1": 100, "r5-slow": 80, "r6": 100, "r7": 101}}
+              "stub_speeds": {"r1": 100, "r5-slow": 80, "r6": 100, "r7": 101, "r8-wrong": 100}}
     inventory = {"all": {"vars": common, "children": {
         "gpu_hosts": {"hosts": {h: (hostvars or {}).get(h, {}) for h in state}}, **(groups or {})}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
@@ -207,11 +214,23 @@ def test_a_slower_canary_goes_back_and_stops_the_rollout(tmp_path) -> None:
     assert state(stub, "gpu1") == ("/r/r1", "/r/r1", "/r/r0")  # the previous release it had before the upgrade
     for host in ("gpu2", "gpu3"):
         assert log(stub, host) == [] and state(stub, host) == ("/r/r5-slow", "/r/r1", "/r/r0")
-    assert row(out, "gpu1") == ["r1", "r5-slow", "slower", "100.0", "80.0", "rolled back to r1, 100.0 tok/s"]
-    assert row(out, "gpu2") == ["-", "-", "-", "-", "-", "not reached"]
+    assert row(out, "gpu1") == ["r1", "r5-slow", "slower", "pass", "100.0", "80.0", "rolled back to r1, 100.0 tok/s"]
+    assert row(out, "gpu2") == ["-", "-", "-", "-", "-", "-", "not reached"]
     assert ("Rollout stopped at gpu1: release r5-slow slower (tok/s: 100.0 on r1 before, 80.0 on r5-slow after) "
             "(Benchmark regression on gpu1: [eagle3] 20% below the previous session). Rolled back to r1, which serves "
             "again (100.0 tok/s) and is back in the routers. Not upgraded, serving as before: gpu2, gpu3.") in out
+
+
+def test_a_canary_that_answers_wrong_at_equal_speed_goes_back_and_stops_the_rollout(tmp_path) -> None:
+    stub = setup(tmp_path, {h: ("/r/r8-wrong", "/r/r1", "/r/r0") for h in HOSTS})
+    proc, out = play(tmp_path, "upgrade.yml")
+    assert proc.returncode != 0, out[-3000:]
+    assert log(stub, "gpu1") == ["leave", "bench 100", "start r8-wrong", "bench 100", "start r1", "bench 100", "join"]
+    assert state(stub, "gpu1") == ("/r/r1", "/r/r1", "/r/r0")
+    for host in ("gpu2", "gpu3"):
+        assert log(stub, host) == []
+    assert row(out, "gpu1") == ["r1", "r8-wrong", "inconclusive", "fail", "100.0", "100.0", "rolled back to r1, 100.0 tok/s"]
+    assert "(Wrong answers on gpu1: agreement with the reference 0.0 (needs >= 0.5)). Rolled back to r1" in out
 
 
 def test_the_canary_group_goes_first_then_batches_of_the_given_size(tmp_path) -> None:
@@ -222,7 +241,7 @@ def test_the_canary_group_goes_first_then_batches_of_the_given_size(tmp_path) ->
     for host in HOSTS:
         assert log(stub, host) == ["leave", "bench 100", "start r6", "bench 100", "join"]
         assert state(stub, host) == ("/r/r6", "/r/r6", "/r/r1")
-        assert row(out, host) == ["r1", "r6", "inconclusive", "100.0", "100.0", "upgraded"]
+        assert row(out, host) == ["r1", "r6", "inconclusive", "pass", "100.0", "100.0", "upgraded"]
 
 
 def test_a_later_host_that_does_not_start_goes_back_and_the_rest_stays(tmp_path) -> None:
@@ -236,7 +255,7 @@ def test_a_later_host_that_does_not_start_goes_back_and_the_rest_stays(tmp_path)
     assert state(stub, "gpu2") == ("/r/r1", "/r/r1", "/r/r0")
     assert log(stub, "gpu3") == []
     assert row(out, "gpu1")[-1] == "upgraded"
-    assert row(out, "gpu2") == ["r1", "r7", "did not start", "100.0", "-", "rolled back to r1, 100.0 tok/s"]
+    assert row(out, "gpu2") == ["r1", "r7", "did not start", "-", "100.0", "-", "rolled back to r1, 100.0 tok/s"]
     assert "Rollout stopped at gpu2: release r7 did not start (tok/s: 100.0 on r1 before) (release r7 did not become ready" in out
 
 

@@ -230,6 +230,24 @@ def report(v: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PROBE = re.compile(r"^(?P<session>[^-]+)-(?P<release>.+)-probe(?P<n>[12])\.json$")
+
+
+def history_reference(history: Path, release: str) -> tuple[Path | None, Path | None]:
+    """The reference in a host's history of probes: the newest session of another release whose own
+    verdict did not fail (a release rolled back for its answers is no reference), and its second probe
+    (the floor). Files: <session>-<release>-probe1.json, -probe2.json, -verdict.json."""
+    sessions = sorted({(m["session"], m["release"]) for f in history.glob("*-probe1.json")
+                       if (m := PROBE.match(f.name)) and m["release"] != release}, reverse=True)
+    for session, other in sessions:
+        judged = load(str(history / f"{session}-{other}-verdict.json"))
+        if judged and judged.get("verdict") == "fail":
+            continue
+        floor = history / f"{session}-{other}-probe2.json"
+        return history / f"{session}-{other}-probe1.json", floor if floor.is_file() else None
+    return None, None
+
+
 def load(path: str | None) -> dict[str, Any] | None:
     if not path or not Path(path).is_file():
         return None
@@ -260,7 +278,19 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--min-agreement", type=float, default=0.5)
     v.add_argument("--max-answers-lost", type=int, default=1)
     v.add_argument("--out")
+    j = sub.add_parser("judge", help="verdict of a session's probe against the host's history (writes the verdict there)")
+    j.add_argument("--history", required=True, help="the host's directory of probes")
+    j.add_argument("--session", required=True)
+    j.add_argument("--release", required=True)
+    j.add_argument("--min-agreement", type=float, default=0.5)
+    j.add_argument("--max-answers-lost", type=int, default=1)
     args = ap.parse_args(argv)
+    if args.command == "judge":
+        history = Path(args.history)
+        args.candidate = str(history / f"{args.session}-{args.release}-probe1.json")
+        reference, floor = history_reference(history, args.release)
+        args.reference, args.floor = str(reference) if reference else None, str(floor) if floor else None
+        args.out = str(history / f"{args.session}-{args.release}-verdict.json")
     if args.command == "probe":
         prompts = json.loads(Path(args.prompts).read_text())
         try:
@@ -279,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--candidate {args.candidate}: no such probe")
     result = verdict(candidate, load(args.reference), load(args.floor),
                      args.min_agreement, args.max_answers_lost)
-    result["report"] = report(result)
+    result.update(report=report(result), reference_file=args.reference if result["verdict"] != "no reference" else None,
+                  floor_file=args.floor)
     if args.out:
         write(args.out, result)
     print(json.dumps(result))

@@ -17,6 +17,8 @@ import time
 import urllib.error
 from pathlib import Path
 
+import pytest
+
 from test_multihost import (GPUS, KEY, ROUTER, SERVER_PORT, Traffic, gpu, playbook, record, router_url, wait_all_healthy,
                             workers)
 
@@ -29,6 +31,9 @@ RESULTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "bench-
 # of equal speed get a false verdict once in 1000; a 10% gate leaves room for that noise.
 EXTRA = ["--skip-tags", "build,model", "-e", json.dumps({"sglang_bench_results_dir": str(RESULTS), "sglang_bench_runs": 12,
                                                          "sglang_bench_max_drop_pct": 10, "sglang_bench_confidence": 0.999})]
+# For the releases caught on their answers: speed is not what is measured there, so fewer runs.
+FEW_RUNS = ["--skip-tags", "build,model", "-e", json.dumps({"sglang_bench_results_dir": str(RESULTS), "sglang_bench_runs": 4,
+                                                            "sglang_bench_max_drop_pct": 10, "sglang_bench_confidence": 0.999})]
 URLS = {name: f"http://{name}:{SERVER_PORT}" for name in GPUS}
 PLAY = "PLAY [Canary first, then the other GPU hosts in batches]"
 
@@ -84,7 +89,7 @@ def run_under_traffic(name, *extra):
 
 
 def table_row(out, host):
-    """The cells of host's row in the rollout table (host, old, new, verdict, before, after, outcome)."""
+    """The cells of host's row in the rollout table (host, old, new, verdict, answers, before, after, outcome)."""
     match = re.search(rf'"\| {re.escape(host)} \| ([^"]*) \|"', out)
     assert match, out[-4000:]
     return [cell.strip() for cell in match.group(1).split("|")]
@@ -115,7 +120,7 @@ def test_a_slower_release_is_caught_on_the_canary_and_rolled_back(host):
     assert 0.9 < tok_back / tok_before < 1.1, (tok_before, tok_back)
     assert table_row(out, canary)[:3] == [Path(old).name, "r5-slow", "slower"]
     assert table_row(out, canary)[-1].startswith(f"rolled back to {Path(old).name}")
-    assert table_row(out, other) == ["-", "-", "-", "-", "-", "not reached"]
+    assert table_row(out, other) == ["-", "-", "-", "-", "-", "-", "not reached"]
 
     after = state(canary)
     assert (after["current"], after["serving"]) == (old, old)
@@ -135,6 +140,42 @@ def test_a_slower_release_is_caught_on_the_canary_and_rolled_back(host):
            canary_tok_s_rolled_back=tok_back, canary_requests_sent=traffic.sent, canary_requests_failed=traffic.failed)
 
 
+# Releases of equal speed that answer wrong (the simulator's per-release files, TEST ONLY): a share of
+# the answers' words and numbers replaced, or tool calls written so that Kimi's parser cannot read them.
+WRONG = {"corrupted": ("sim-output-corruption", "0.5", "agreement with the reference"),
+         "broken-tools": ("sim-tool-format", "broken", "valid tool calls")}
+
+
+@pytest.mark.parametrize("kind", list(WRONG))
+def test_a_release_that_answers_wrong_at_equal_speed_is_caught_on_the_canary_and_rolled_back(host, kind):
+    """The canary's new release is as fast as the old one but answers wrong: the correctness probe's
+    verdict fails, the host goes back to the release it served and rejoins; the rollout stops there,
+    the other host untouched, no request failed."""
+    canary, other = GPUS
+    before = {name: state(name) for name in GPUS}
+    filename, content, figure = WRONG[kind]
+    path = f"{RELEASES}/r7-{kind}"
+    old = new_release(canary, path)
+    gpu(canary).run_expect([0], f"echo {content} > {path}/{filename}")
+    proc, wall, traffic = run_under_traffic("upgrade.yml", *FEW_RUNS)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-5000:]
+    row = table_row(out, canary)
+    assert row[:2] == [Path(old).name, f"r7-{kind}"] and row[3] == "fail", row
+    assert row[2] != "slower", row  # caught for its answers, not its speed
+    assert row[-1].startswith(f"rolled back to {Path(old).name}"), row
+    assert f"Wrong answers on {canary}: Correctness of r7-{kind}: fail ({figure}" in out, out[-5000:]
+    assert table_row(out, other) == ["-", "-", "-", "-", "-", "-", "not reached"]
+    after = state(canary)
+    assert (after["current"], after["serving"]) == (old, old)
+    assert state(other) == before[other]
+    assert traffic.left == {URLS[canary]}, traffic.left
+    assert_no_failed_request(traffic, minimum=10)
+    wait_all_healthy()
+    gpu(canary).run_expect([0], f"rm -rf {path}")
+    record(**{f"canary_wrong_{kind.replace('-', '_')}_rolled_back_wall_s": round(wall, 1)})
+
+
 def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
     """The canary first (a batch of its own), then the other host, each gated and patched for EAGLE-3
     on the way (the new release is an unpatched copy); 0 failed requests."""
@@ -151,7 +192,8 @@ def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
         row = table_row(out, name)
         assert row[:2] == [Path(olds[name]).name, "r6-same"] and row[-1] == "upgraded", row
         assert row[2] == "inconclusive", row  # equal speed: a difference the runs cannot tell from noise
-        assert 0.85 < float(row[4]) / float(row[3]) < 1.15, row
+        assert row[3] == "pass", row  # the same answers as the release before (the correctness probe)
+        assert 0.85 < float(row[5]) / float(row[4]) < 1.15, row
         s = state(name)
         assert (s["current"], s["serving"], s["previous"]) == (SAME, SAME, olds[name])
         assert "BEGIN sglang_eagle3_patch" in read(gpu(name), f"{SAME}/venv/lib/python3.11/site-packages/sglang/srt/models/kimi_k25.py")

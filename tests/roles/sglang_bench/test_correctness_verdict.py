@@ -141,3 +141,20 @@ def test_a_floor_that_disagrees_with_itself_lowers_what_is_asked():
 def test_no_reference_says_so():
     v = run(probe("first"))
     assert v["verdict"] == "no reference" and v["figures"] == []
+
+
+def test_the_reference_is_the_newest_other_release_that_did_not_fail(tmp_path):
+    def put(name, data):
+        (tmp_path / name).write_text(json.dumps(data))
+    for session, release in [("20261201T000000Z", "r1"), ("20261202T000000Z", "r2"), ("20261203T000000Z", "r3")]:
+        put(f"{session}-{release}-probe1.json", probe(release))
+        put(f"{session}-{release}-probe2.json", probe(release))
+    put("20261203T000000Z-r3-verdict.json", {"verdict": "fail"})  # r3 was rolled back for its answers
+    ref, floor = cc.history_reference(tmp_path, "r4")
+    assert (ref.name, floor.name) == ("20261202T000000Z-r2-probe1.json", "20261202T000000Z-r2-probe2.json")
+    assert cc.history_reference(tmp_path, "r2")[0].name == "20261201T000000Z-r1-probe1.json"  # never itself
+    put("20261204T000000Z-r4-probe1.json", probe("r4"))
+    assert cc.main(["judge", "--history", str(tmp_path), "--session", "20261204T000000Z", "--release", "r4"]) == 0
+    judged = json.loads((tmp_path / "20261204T000000Z-r4-verdict.json").read_text())
+    assert judged["verdict"] == "pass" and judged["reference_file"].endswith("r2-probe1.json")
+    assert cc.history_reference(tmp_path / "empty", "r4") == (None, None)
