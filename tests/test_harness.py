@@ -295,3 +295,41 @@ def test_ansiballz_cache_keeps_the_routing_table_per_yaml_text(tmp_path):
     entry.rename(cache / "routing-0000")
     assert run_play(str(cache)).returncode != 0
     assert entry.exists() and "planted_by_the_test" not in str(pickle.loads(entry.read_bytes()))
+
+
+def test_the_torchvision_double_is_the_real_wheel_less_its_native_files_and_two_guards(tmp_path):
+    """TEST DOUBLE against the real thing (tests/harness/torchvision_double.py): the same files byte for
+    byte but the native ones (dropped), _meta_registrations.py (the two unguarded fake registrations
+    guarded, as the file's others are) and the dist-info (version +testdouble, re-hashed RECORD);
+    the wheelhouse holds exactly that build."""
+    import base64
+    import hashlib
+    import zipfile
+
+    import sources
+    import torchvision_double
+
+    real = sources.torchvision_real()
+    double = torchvision_double.build(real, tmp_path)
+    with zipfile.ZipFile(real) as r, zipfile.ZipFile(double) as d:
+        real_files = {n: r.read(n) for n in r.namelist()}
+        double_files = {n: d.read(n) for n in d.namelist()}
+    native = {n for n in real_files if torchvision_double.dropped(n)}
+    assert any(n.endswith("_C.so") for n in native) and not any(torchvision_double.dropped(n) for n in double_files)
+    code = {n for n in real_files if ".dist-info/" not in n} - native
+    assert code == {n for n in double_files if ".dist-info/" not in n}
+    changed = sorted(n for n in code if real_files[n] != double_files[n])
+    assert changed == [torchvision_double.PATCHED]
+    old, new = (files[torchvision_double.PATCHED].decode().splitlines() for files in (real_files, double_files))
+    removed = [line for line in old if line not in new]
+    assert removed == ['@torch.library.register_fake("torchvision::nms")', '@torch.library.register_fake("torchvision::qnms")']
+    version = double.name.split("-")[1]
+    assert version.endswith("+testdouble") and f"Version: {version}" in double_files[
+        f"torchvision-{version}.dist-info/METADATA"].decode()
+    for line in double_files[f"torchvision-{version}.dist-info/RECORD"].decode().splitlines():
+        name, digest, size = line.split(",")
+        if digest:
+            expected = base64.urlsafe_b64encode(hashlib.sha256(double_files[name]).digest()).rstrip(b"=").decode()
+            assert digest == f"sha256={expected}" and int(size) == len(double_files[name]), name
+    with zipfile.ZipFile(sources.WHEELS / double.name) as housed:
+        assert {n: housed.read(n) for n in housed.namelist()} == double_files

@@ -15,10 +15,12 @@ bind-mount read-only at /srv/sglang-sources and serve on 127.0.0.1:8089
                         wheel, a torch CPU wheel (TEST ONLY: CUDA torch does
                         not fit here), NVIDIA's CCCL headers wheel, the
                         router hosts' sglang-router with its dependencies,
-                        and the current release set's wheels: sglang 0.5.17
+                        the current release set's wheels: sglang 0.5.17
                         (Python 3.11), flashinfer-python 0.6.15.post1, and
                         sglang-kernel 0.4.5 and 0.4.1 (0.5.10's) without
-                        their CUDA libraries (TEST ONLY)
+                        their CUDA libraries (TEST ONLY), and what each
+                        release's sglang.srt.server_args imports
+                        (SERVER_ARGS_CLOSURE, with a torchvision TEST DOUBLE)
 
 Downloads are cached under ~/.cache/sglang-ansible (SGLANG_ANSIBLE_CACHE); the
 result lives in a directory named after a hash of this recipe and is rebuilt only
@@ -48,6 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sglang_sources  # noqa: E402  (the same sdist cache as the patch tests)
+import torchvision_double  # noqa: E402
 from steps import StepFailed, guarded, run  # noqa: E402
 
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))
@@ -77,6 +80,35 @@ TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 ROUTER_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "sglang_router" / "defaults" / "main.yml"
 ROUTER_VERSION = re.search(r'^sglang_router_version: "([^"]+)"', ROUTER_DEFAULTS.read_text(), re.M).group(1)
 ROUTER_WHEEL = f"sglang-router=={ROUTER_VERSION}"
+# TEST ONLY: what `import sglang.srt.server_args` needs besides torch, per test release. The server
+# role's pre-start check imports it with the release's Python; the test releases are installed with
+# --no-deps and hold none of it. The smallest set that imports (found by importing it in a venv with
+# only torch and adding what failed), at the versions each release pins (transformers, openai,
+# xgrammar, apache-tvm-ffi), triton at its torch's pin (2.9.1: 3.5.1; 2.11.0: 3.6.0), the rest as pip
+# resolves them for Python 3.11 (2026-12-03). Installed by molecule/sglang_server/prepare.yml and
+# tests/harness/serverargs_release.py.
+SERVER_ARGS_COMMON = [
+    "aiohappyeyeballs==2.7.1", "aiohttp==3.14.5", "aiosignal==1.4.0", "annotated-types==0.8.0", "anyio==4.16.0",
+    "attrs==26.1.0", "certifi==2026.10.19.post1", "dill==0.4.1", "distro==1.9.0", "filelock==4.3.2",
+    "frozenlist==1.8.0", "httpx==0.29.0", "idna==3.20", "ipython==9.18.1", "mpmath==1.3.0", "multidict==7.2.1",
+    "numpy==2.4.6", "openai==2.6.1", "orjson==3.13.0", "packaging==26.4", "partial-json-parser==0.2.1.1.post7",
+    "pillow==13.0.0", "propcache==0.5.4", "psutil==7.2.2", "pybase64==1.5.1", "pydantic==2.14.4",
+    "pydantic-core==2.50.5", "pygments==2.21.0", "pyyaml==6.0.4", "pyzmq==27.3.0", "regex==2026.11.19",
+    "requests==2.34.2", "safetensors==0.8.0", "sentencepiece==0.2.3", "sniffio==1.3.1", "starlette==1.10.0",
+    "sympy==1.14.0", "tokenizers==0.22.2", "tqdm==4.70.1", "traitlets==5.16.1", "typing-extensions==4.16.0",
+    "typing-inspection==0.4.5", "urllib3==2.8.0", "yarl==1.25.1",
+]
+SERVER_ARGS_CLOSURE = {
+    "0.5.9": SERVER_ARGS_COMMON + ["huggingface-hub==0.36.2", "transformers==4.57.1", "triton==3.5.1"],
+    "0.5.10": SERVER_ARGS_COMMON + ["h11==0.16.0", "httpcore==1.0.9", "huggingface-hub==1.33.0",
+                                    "transformers==5.3.0", "triton==3.5.1"],
+    "0.5.17": SERVER_ARGS_COMMON + ["apache-tvm-ffi==0.1.11", "h11==0.16.0", "httpcore==1.0.9",
+                                    "huggingface-hub==1.33.0", "msgspec==0.23.0", "transformers==5.12.1",
+                                    "triton==3.6.0", "xgrammar==0.2.1"],
+}
+# TEST DOUBLE: the real torchvision paired with the test torch, without its native operators
+# (tests/harness/torchvision_double.py says why); part of every closure above.
+TORCHVISION_DOUBLE = f"torchvision==0.28.0+{torchvision_double.LABEL}"
 # What the isolated source builds of sglang and flashinfer ask for (their pyproject.toml).
 BUILD_REQUIREMENTS = ["setuptools>=77", "setuptools-scm>=8", "wheel", "packaging>=24",
                       "apache-tvm-ffi>=0.1.6,!=0.1.8,!=0.1.8.post0,<0.2"]
@@ -96,7 +128,7 @@ def recipe() -> dict:
     return {"sglang": SGLANG_VERSIONS, "flashinfer": FLASHINFER_VERSION, "sgl_kernel": SGL_KERNEL_WHEEL,
             "torch": TORCH_WHEEL, "cccl": CCCL_WHEEL, "router": ROUTER_WHEEL, "build": BUILD_REQUIREMENTS,
             "not_in_git": NOT_IN_GIT, "current": [CURRENT_SGLANG, CURRENT_FLASHINFER_WHEEL, STRIPPED_KERNELS],
-            "layout": 3}
+            "server_args": SERVER_ARGS_CLOSURE, "torchvision_double": TORCHVISION_DOUBLE, "layout": 3}
 
 
 def recipe_hash() -> str:
@@ -173,6 +205,9 @@ def wheels() -> Path:
     shutil.copy2(sglang_sources.wheel(CURRENT_SGLANG, "3.11"), WHEELS)
     for name, version in STRIPPED_KERNELS:
         stripped_wheel(name, version, WHEELS)
+    for closure in SERVER_ARGS_CLOSURE.values():  # one call each: the releases pin different versions
+        pip(*common, "--no-deps", *closure)
+    torchvision_double.build(torchvision_real(), WHEELS)
     stamp.touch()
     return WHEELS
 
@@ -243,6 +278,17 @@ def stripped_wheel(name: str, version: str, dest: Path, limit: int = 1 << 20) ->
         zf.writestr(record_name, "\n".join(rows + [f"{record_name},,"]) + "\n")
     os.replace(tmp, out)
     return out
+
+
+def torchvision_real() -> Path:
+    """The real torchvision wheel the TEST DOUBLE is made of (cached apart: never in the wheelhouse)."""
+    dest = CACHE / "torchvision-real"
+    requirement = TORCHVISION_DOUBLE.split("+")[0]
+    found = sorted(dest.glob(f"torchvision-{requirement.split('==')[1]}-*.whl"))
+    if not found:
+        pip("download", "-q", "-d", str(dest), "--only-binary", ":all:", "--no-deps", requirement)
+        found = sorted(dest.glob("torchvision-*.whl"))
+    return found[0]
 
 
 def git(repo: Path, *args: str) -> str:

@@ -139,6 +139,29 @@ def test_checks_refuse_an_unpatched_release_in_seconds_without_a_restart(host):
     print(f"unpatched release refused by the pre-start checks: whole play {elapsed:.1f} s")
 
 
+def test_a_flag_the_release_rejects_is_refused_before_any_restart(host):
+    """SGLang 0.5.9's own parser (the release's, imported by its Python) refuses a value outside its
+    choices that the role's validation lets through (any string is an attention backend to it)."""
+    pid = host.check_output("systemctl show -p MainPID --value sglang-server")
+    proc, elapsed = converge("-e", "sglang_server_attention_backend=bogus")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert ("SGLang 0.5.9 refuses the server's settings (--attention-backend): argument --attention-backend: "
+            "invalid choice: 'bogus'") in out, out[-4000:]
+    assert "Nothing was restarted; the server was left as it was" in out, out[-4000:]
+    assert host.check_output("systemctl show -p MainPID --value sglang-server") == pid
+    assert host.file("/opt/sglang/current").linked_to == "/opt/sglang/releases/r1-patched"
+    assert "--attention-backend" not in host.file("/etc/systemd/system/sglang-server.service").content_string
+    assert curl(host, "/health_generate") == "200"
+    print(f"flag refused by the release's ServerArgs before any restart: whole play {elapsed:.1f} s")
+    # Check mode runs it too, the release being there: the same refusal.
+    proc, elapsed = converge("--check", "-e", "sglang_server_attention_backend=bogus")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "invalid choice: 'bogus'" in out, out[-4000:]
+    assert host.check_output("systemctl show -p MainPID --value sglang-server") == pid
+    print(f"the same refused in check mode: whole play {elapsed:.1f} s")
+
+
 def test_upgrade_that_fails_readiness_rolls_back(host):
     """A failure the checks cannot see (here: checks off) crashes the server; the role rolls back."""
     switch_current(host, "r2-unpatched")

@@ -1,0 +1,87 @@
+"""TEST ONLY: a local release tree that can import its own ``sglang.srt.server_args``.
+
+A venv (this machine's Python 3.11, as on the test hosts) holding the test torch, the release's
+import closure and the torchvision TEST DOUBLE from the harness wheelhouse (sources.py:
+SERVER_ARGS_CLOSURE), and SGLang's real package: unpacked from its PyPI sdist into site-packages,
+as molecule's hand-made releases hold it, or, for a release that publishes wheels only (0.5.11 on),
+its Python 3.11 wheel installed. Built once per release and recipe under
+~/.cache/sglang-ansible/serverargs-releases/ (SGLANG_ANSIBLE_CACHE), atomically; what the build
+cost is kept in its build.json.
+
+Usage: python3 tests/harness/serverargs_release.py 0.5.9   (prints the venv's directory)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sglang_sources  # noqa: E402
+import sources  # noqa: E402
+from steps import guarded  # noqa: E402
+
+ROOT = sources.CACHE / "serverargs-releases"
+
+
+def requirements(version: str) -> list[str]:
+    own = [] if version in sources.SGLANG_VERSIONS else [str(sglang_sources.wheel(version, "3.11"))]
+    return [sources.TORCH_WHEEL, sources.TORCHVISION_DOUBLE, *sources.SERVER_ARGS_CLOSURE[version], *own]
+
+
+def wheelhouse() -> Path:
+    """The harness wheelhouse (the built sources' copy when the Makefile named it)."""
+    named = os.environ.get("SGLANG_SOURCES_DIR")
+    return Path(named) / "wheelhouse" if named else sources.ensure() / "wheelhouse"
+
+
+def site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def ensure(version: str) -> Path:
+    """The venv of release `version` (built if missing); its bin/python imports sglang."""
+    key = hashlib.sha256(json.dumps([requirements(version), sys.version_info[:2]]).encode()).hexdigest()[:12]
+    dest = ROOT / f"sglang-{version}-{key}"
+    if (dest / "build.json").exists():
+        return dest
+    part = dest.with_name(dest.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    ROOT.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(part)], check=True)
+    venv_made = time.monotonic()
+    # The venv's interpreter path is fixed at creation: install with this Python's pip into it.
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
+                    "--disable-pip-version-check", "--find-links", str(wheelhouse()),
+                    "--target", str(site_packages(part)), *requirements(version)], check=True)
+    installed = time.monotonic()
+    if version in sources.SGLANG_VERSIONS:  # the sdist's package, as the hand-made releases hold it
+        with tarfile.open(sglang_sources.sdist(version)) as tar:
+            prefix = f"sglang-{version}/sglang/"
+            members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+            for member in members:
+                member.name = member.name[len(f"sglang-{version}/"):]
+            tar.extractall(site_packages(part), members=members, filter="data")
+    (part / "build.json").write_text(json.dumps({
+        "version": version, "requirements": requirements(version),
+        "install_seconds": round(installed - venv_made, 1), "total_seconds": round(time.monotonic() - started, 1),
+    }, indent=2) + "\n")
+    part.rename(dest)  # nothing in a venv made --without-pip names its own directory
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    print(ensure((argv or sys.argv[1:])[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(guarded("serverargs_release", main))
