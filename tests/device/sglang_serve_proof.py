@@ -65,6 +65,7 @@ NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 START = {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}  # the role's defaults
 BENCH = ROOT / "roles/sglang_bench/files/sglang_bench.py"
 TUNE = ROOT / "roles/sglang_bench/files/sglang_tune.py"
+CORRECTNESS = ROOT / "roles/sglang_bench/files/sglang_correctness.py"
 READY = ROOT / "roles/sglang_server/files/sglang_ready.py"
 ALERTS = ROOT / "roles/sglang_monitoring/templates/sglang-alerts.rules.yml.j2"
 PROMPT = "The quick brown fox jumps over the lazy dog. Tell me a story about a fox"
@@ -180,7 +181,8 @@ class Proof:
             self.ansible = [shutil.which("ansible-playbook") or "ansible-playbook"]
             self.ansible_env = {}
         rc, out, _ = self.run("models", [sys.executable, str(ROOT / "tests/harness/synthetic_model.py"), "llama-pair",
-                                         "--root", str(MODELS)], 120, log=facts / "models.log")
+                                         "--root", str(MODELS), *(["--random-draft"] if self.args.random_draft else [])],
+                              120, log=facts / "models.log")
         self.say(f"models: rc={rc} {out.strip().splitlines()[-1] if out.strip() else ''}")
         probe = ("import json, importlib.metadata as m\nout = {}\n"
                  "for d in ('sglang', 'sglang-kernel', 'flashinfer-python', 'torch', 'transformers', 'tokenizers',"
@@ -394,6 +396,51 @@ class Proof:
         else:
             self.say(f"bench {label}: rc={rc}, no result: {text[-600:]}")
         return data
+
+    def probe(self, label: str) -> dict[str, Any] | None:
+        """The correctness probe (role sglang_bench's files/sglang_correctness.py) against the server."""
+        folder = self.work / "correctness"
+        folder.mkdir(exist_ok=True)
+        out = folder / f"{label}.json"
+        rc, text, wall = self.run("probe", [sys.executable, str(CORRECTNESS), "probe", "--url", URL, "--label", label,
+                                            "--model", "test-org/llama-tiny", "--out", str(out)], 180,
+                                  log=folder / f"{label}.txt")
+        self.say(f"probe {label} (session {self.session}): rc={rc} {wall:.1f}s {text.strip().splitlines()[-1][:300] if text.strip() else ''}")
+        return json.loads(out.read_text()) if out.exists() else None
+
+    def judge(self, name: str, candidate: str, reference: str, floor: str) -> None:
+        folder = self.work / "correctness"
+        rc, text, _ = self.run("verdict", [sys.executable, str(CORRECTNESS), "verdict", "--candidate",
+                                           str(folder / f"{candidate}.json"), "--reference", str(folder / f"{reference}.json"),
+                                           "--floor", str(folder / f"{floor}.json"), "--out", str(folder / f"verdict-{name}.json")],
+                               60, log=folder / f"verdict-{name}.txt")
+        try:
+            report = json.loads(text)["report"]
+        except (ValueError, KeyError):
+            report = text[-400:]
+        self.say(f"verdict {name} ({candidate} against {reference}, floor {floor}): rc={rc}\n{report}")
+
+    def correctness(self) -> None:
+        """Greedy agreement on the real server: two probes of one session (the floor), a probe after a restart
+        of the same settings, a probe without speculation (EAGLE-3 is lossless: the same tokens)."""
+        plan = [("spec", {}, ["spec-1", "spec-2"]), ("spec-again", {}, ["spec-restart"]),
+                ("nospec", {"sglang_server_speculative_algorithm": ""}, ["nospec"])]
+        for label, overrides, probes in plan:
+            if self.left() < 90:
+                self.say(f"no time left for {label}")
+                break
+            session = self.serve(label, overrides, timeout=min(240, self.left() - 40))
+            if session["ready"]["rc"] != 0:
+                break
+            for name in probes:
+                self.probe(name)
+            self.pack()
+        self.stop()
+        folder = self.work / "correctness"
+        if (folder / "spec-restart.json").exists():
+            self.judge("restart", "spec-restart", "spec-1", "spec-2")
+        if (folder / "nospec.json").exists():
+            self.judge("lossless", "nospec", "spec-1", "spec-2")
 
     def record(self) -> None:
         """Raw HTTP exchanges with the server for the contract test (tests/roles/sglang_server)."""
@@ -667,10 +714,23 @@ def main() -> int:
     ap.add_argument("--extra-arg", action="append", default=[], help="appended to sglang_server_extra_args")
     ap.add_argument("--rehearse", action="store_true", help="the role's simulator stands for SGLang (no GPU)")
     ap.add_argument("--install-only", action="store_true", help="lay out the release and extract --parts, then stop")
+    ap.add_argument("--correctness", action="store_true",
+                    help="only the correctness probes: a session probed twice, a restart, a start without speculation")
+    ap.add_argument("--random-draft", action="store_true", help="models whose greedy tokens vary (synthetic_model.py)")
     args = ap.parse_args()
     proof = Proof(args)
     if args.install_only:
         proof.setup()
+        return 0
+    if args.correctness:
+        try:
+            proof.setup()
+            proof.extra_args.append("--disable-cuda-graph")  # 0.5.17's EAGLE-3 graphs import deep_gemm (not carried)
+            proof.correctness()
+        finally:
+            proof.stop()
+            proof.say(f"done in {time.monotonic() - proof.started:.1f}s")
+            proof.pack()
         return 0
     try:
         proof.setup()
