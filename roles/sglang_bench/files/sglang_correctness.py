@@ -7,7 +7,8 @@ and may even find it faster. Greedy decoding makes answers comparable: the same 
 same tokens (up to numerical ties), and EAGLE-3 is lossless, so the speculative server must give
 the target model's own tokens. So:
 
-``probe``   sends each prompt of a fixed set (files/sglang_correctness_prompts.json, written for this
+``probe``   flushes the server's prefix cache (SGLang's /flush_cache: a cached prefix is prefilled
+            another way, which moves greedy ties), then sends each prompt of a fixed set (files/sglang_correctness_prompts.json, written for this
             project: arithmetic, short reasoning and code with answers a regular expression checks,
             tool calls with a JSON schema) to /v1/chat/completions, temperature 0, a fixed
             max_tokens, tools where the prompt has them, and records per prompt: the reply
@@ -111,7 +112,16 @@ class Server:
             raise ValueError(f"--url must look like http://HOST:PORT, got {url!r}")
         self.parts, self.api_key, self.timeout = parts, api_key, timeout
 
-    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def flush_cache(self) -> bool:
+        """SGLang's /flush_cache: every probe starts from a cold prefix cache (measured on the H200: a second
+        probe served from the radix cache diverged on 5 of 11 prompts, a probe after a restart on none)."""
+        try:
+            self.post("/flush_cache", {}, raw=True)
+            return True
+        except ProbeError:
+            return False  # requests were running, or the server has no such route: said in the result
+
+    def post(self, path: str, body: dict[str, Any], raw: bool = False) -> Any:
         cls = http.client.HTTPSConnection if self.parts.scheme == "https" else http.client.HTTPConnection
         conn = cls(self.parts.hostname, self.parts.port or (443 if self.parts.scheme == "https" else 80),
                    timeout=self.timeout)
@@ -124,7 +134,7 @@ class Server:
             data = resp.read()
             if resp.status != 200:
                 raise ProbeError(f"POST {path}: HTTP {resp.status}: {data[:300]!r}")
-            return json.loads(data)
+            return data if raw else json.loads(data)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             raise ProbeError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
         finally:
@@ -133,6 +143,7 @@ class Server:
 
 def probe(server: Server, prompts: dict[str, Any], model: str, label: str) -> dict[str, Any]:
     started = time.monotonic()
+    flushed = server.flush_cache()
     results = []
     for prompt in prompts["prompts"]:
         body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt["text"]}],
@@ -146,7 +157,7 @@ def probe(server: Server, prompts: dict[str, Any], model: str, label: str) -> di
                         "finish_reason": choice.get("finish_reason"),
                         "completion_tokens": (reply.get("usage") or {}).get("completion_tokens"),
                         **judge(prompt, message)})
-    return {"schema": SCHEMA, "label": label, "prompts_file_sha": prompts.get("sha"), "results": results,
+    return {"schema": SCHEMA, "label": label, "cache_flushed": flushed, "results": results,
             "seconds": round(time.monotonic() - started, 2), "summary": summary(results)}
 
 

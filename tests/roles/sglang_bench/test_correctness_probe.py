@@ -50,6 +50,7 @@ def test_the_probe_passes_an_equal_release_and_fails_a_corrupted_or_broken_one(s
     old = start_sim(KIMI, env=FAST)
     ref, floor = probe(old, tmp_path / "ref.json", "old"), probe(old, tmp_path / "floor.json", "old again")
     s = ref["summary"]
+    assert ref["cache_flushed"] is True  # the simulator answers /flush_cache as SGLang does
     # The simulated model does arithmetic (4 of the 9 checked answers) and, with the parsers, valid calls.
     assert (s["answers_right"], s["tool_calls_valid"], s["thinking_in_content"]) == (4, 2, 0)
     equal = probe(start_sim(KIMI, env={**FAST, "SGLANG_SIM_NOISE_NONCE": "3"}), tmp_path / "equal.json", "equal")

@@ -53,6 +53,7 @@ class SimServer:
             "/generate": (("POST", "PUT"), self.generate),
             "/v1/completions": (("POST",), self.completions),
             "/v1/chat/completions": (("POST",), self.chat_completions),
+            "/flush_cache": (("GET", "POST"), self.flush_cache),
         }
         # --enable-metrics: SGLang's Prometheus metrics on the HTTP port (metrics.py).
         self.metrics = SimMetrics(self) if server_args.get("enable_metrics") else None
@@ -173,6 +174,13 @@ class SimServer:
             await out.send(503, b"", "text/plain")
             return
         await out.send(200, self.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    async def flush_cache(self, req: HttpRequest, out: Responder) -> None:
+        """SGLang's radix-cache flush (the simulator keeps no cache): 400 while requests run, as SGLang."""
+        busy = bool(self.engine.running or self.engine.waiting)
+        text = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
+                "requests, the operation will not be performed.)\n")
+        await out.send(400 if busy else 200, text.encode(), "text/plain; charset=utf-8")
 
     async def models(self, req: HttpRequest, out: Responder) -> None:
         name = self.args["served_model_name"]
