@@ -93,7 +93,7 @@ STUBS = {
                      and stub_mean | float < stub_prev | float * 0.95 else [] }}"
 - name: Publish the answers' verdict (stub; a release named *wrong* answers wrong)
   ansible.builtin.set_fact:
-    sglang_bench_correctness:
+    sglang_bench_correctness_result:
       verdict: "{{ 'fail' if 'wrong' in stub_served else 'pass' }}"
       report: "{{ 'agreement with the reference 0.0 (needs >= 0.5)' if 'wrong' in stub_served else 'all figures hold' }}"
   vars:

@@ -855,7 +855,9 @@ def render(state: State, result: dict[str, Any], plot: str | None) -> str:
                      f"{c['result']} |")
     winner = result["winner"]
     final = search.final
-    if winner:
+    if winner and result["gain_pct"] is None:  # the start failed: nothing to test the winner against
+        verdict = f"Winner: {result['serving_label']} ({result['decision']})."
+    elif winner:
         verdict = (f"Winner: {result['serving_label']}: {result['gain_pct']:+.1f}% over the start "
                    f"({conf} CI {result['gain_ci_pct'][0]:+.1f}% to {result['gain_ci_pct'][1]:+.1f}%"
                    + (f"; Welch's t-test, one-sided {fmt_p(final['p'])}, {final['n']} fresh runs against "

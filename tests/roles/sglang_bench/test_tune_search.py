@@ -300,3 +300,25 @@ def test_a_winner_its_fresh_runs_do_not_confirm_is_not_served(tmp_path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "No significant gain: the best point, tune-s4-k1-n5, gave " in report, report
     assert "the server keeps tune-s3-k1-n4" in report
+
+
+def test_a_start_that_fails_serves_the_best_candidate_and_the_report_says_why(tmp_path) -> None:
+    """The starting settings fail (their start ran out of memory): nothing to test against, so the best
+    candidate serves untested, and the report says so (it failed to render before: a gain of None)."""
+    settings = {"num_steps": [3, 5], "eagle_topk": [1], "num_draft_tokens": [4],
+                "start": {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}, "objective": "single",
+                "budget_minutes": 30, "restart_minutes": 1, "measure_minutes": 1, "runs": 5}
+    state = tmp_path / "tune" / "state.json"
+    tool("plan", "--state", state, stdin=json.dumps(settings))
+    while (step := tool("next", "--state", state))["candidate"] is not None:
+        cand = step["candidate"]
+        if cand["num_steps"] == 3:
+            tool("record", "--state", state, "--label", cand["label"], "--failed", "-", stdin="CUDA out of memory")
+        else:
+            path = tmp_path / f"{cand['file_label']}.json"
+            path.write_text(json.dumps(bench_json([50.0 + i for i in range(cand["runs"])], 2.0)))
+            tool("record", "--state", state, "--label", cand["label"], "--result", path)
+    out = tool("report", "--state", state, "--out-dir", tmp_path / "tune")
+    assert out["serving_label"] == "tune-s5-k1-n6" and out["winner"] and out["gain_pct"] is None
+    report = (tmp_path / "tune" / "report.md").read_text()
+    assert "Winner: tune-s5-k1-n6 (the start failed: the best candidate serves without a test against it)." in report
