@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 import yaml
 
 from repo import ROOT, load
@@ -231,7 +232,15 @@ def release(tmp_path_factory):
         house = sources.ensure() / "wheelhouse"
     except Exception as err:  # noqa: BLE001 - no network and nothing cached
         pytest.skip(f"FlashInfer's test wheels are not available: {err}")
-    wheels += [w for w in house.glob("*.whl") if re.match(r"(torch|apache_tvm_ffi|packaging|idna|typing_extensions)-", w.name)]
+    # One version of each (the wheelhouse holds several of some: apache-tvm-ffi 0.1.11 is SGLang 0.5.17's pin):
+    # the newest, as pip would pick for FlashInfer's own range.
+    newest: dict[str, Path] = {}
+    for w in house.glob("*.whl"):
+        if re.match(r"(torch|apache_tvm_ffi|packaging|idna|typing_extensions)-", w.name):
+            name, version = w.name.split("-")[:2]
+            if name not in newest or Version(version) > Version(newest[name].name.split("-")[1]):
+                newest[name] = w
+    wheels += list(newest.values())
     root = tmp_path_factory.mktemp("opt")
     spec = json.loads(json.dumps({
         "root": str(root), "python": sys.executable, "cuda": {"version": "13.0", "home": str(NVCC.parents[1])},
