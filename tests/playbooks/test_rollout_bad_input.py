@@ -27,8 +27,7 @@ ACTING_PLAYS = ("Stage the models' revisions on every GPU host", "Canary first, 
 
 
 def run(tmp_path: Path, playbook: str, hostvars: dict, groups: dict | None = None, *extra: str) -> subprocess.CompletedProcess:
-    state = {"sglang_server_home": str(tmp_path / "state"), "sglang_server_install_root": str(tmp_path / "opt"),
-             "sglang_build_root": str(tmp_path / "opt")}
+    state = {"sglang_server_home": str(tmp_path / "state"), "sglang_common_release_root": str(tmp_path / "opt")}
     inventory = {"all": {"children": {"gpu_hosts": {"hosts": {name: {**BASE, **state, **v} for name, v in hostvars.items()}},
                                       **(groups or {})}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))

@@ -36,6 +36,8 @@ CASES = [
     ("sglang_eagle3_patch", {"sglang_eagle3_patch_class": "1NotAClass"}, "sglang_eagle3_patch_class"),
     ("gpu_preflight", {"gpu_preflight_expected_gpu_count": 0}, "gpu_preflight_expected_gpu_count"),
     ("sglang_model", {"sglang_model_keep_revisions": 0}, "sglang_model_keep_revisions"),
+    ("sglang_build (a root apart from the shared one)", {"sglang_build_root": "/data/sglang"},
+     "sglang_build_root (/data/sglang) differs from sglang_common_release_root (/opt/sglang)"),
     ("sglang_server", {"sglang_server_tp_size": 3}, "sglang_server_tp_size"),
     ("sglang_server (argument spec type)", {"sglang_server_port": "http"}, "sglang_server_port"),
     ("sglang_bench", {"sglang_bench_confidence": 1.5}, "sglang_bench_confidence"),
@@ -145,7 +147,7 @@ def test_a_bad_router_value_fails_in_the_first_play_with_the_host_unchanged(host
 # host's models root lies inside the server's home, a fact only sglang_server's checks publish: its
 # model check fails only when it runs after the server's, as the play's list orders them.
 MANY = {
-    "three-roles": {"nvidia_cuda_driver_branch": "58", "sglang_model_root": "/var/lib/sglang/models",
+    "three-roles": {"nvidia_cuda_driver_branch": "58", "sglang_common_models_root": "/var/lib/sglang/models",
                     "sglang_bench_confidence": 1.5},
     "one-role": {"sglang_server_tp_size": 3},
     GOOD: {},

@@ -32,7 +32,7 @@ def play(tmp_path, tasks_from, play_vars, check=False):
 
 
 def test_validate_on_its_own_changes_nothing(tmp_path, double):
-    settings = {"sglang_model_root": str(tmp_path / "models"), "sglang_model_hub_endpoint": double.url,
+    settings = {"sglang_common_models_root": str(tmp_path / "models"), "sglang_model_hub_endpoint": double.url,
                 "sglang_model_min_free_gb": 0, "sglang_model_server_writable_paths": [str(tmp_path / "home")],
                 "sglang_model_models": [{"name": "target", "repo_id": "test-org/tiny", "revision": "main",
                                          "allow_patterns": ALLOW, "ignore_patterns": IGNORE}]}
@@ -70,7 +70,7 @@ def test_check_mode_on_a_new_host_reports_what_it_would_stage_and_changes_nothin
     inv = tmp_path / "hosts.yml"
     inv.write_text(yaml.safe_dump({"all": {"vars": {
         "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3", "ansible_become": False,
-        "sglang_model_root": str(tmp_path / "models"), "sglang_model_install_root": str(tmp_path / "opt"),
+        "sglang_common_models_root": str(tmp_path / "models"), "sglang_model_install_root": str(tmp_path / "opt"),
         "sglang_model_hub_endpoint": double.url, "sglang_model_min_free_gb": 0,
         "sglang_model_server_writable_paths": [str(tmp_path / "home")],
         "sglang_model_models": [{"name": "target", "repo_id": "test-org/tiny", "revision": "main",

@@ -33,7 +33,7 @@ def model(name="target", repo="test-org/tiny", revision="main", **kw):
 def validate(tmp_path, double, models=None, hosts=("gpu1",), host_vars=None, **settings):
     """Run the role's validation; returns (rc, output). host_vars: {host: {variable: value}}."""
     common = {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
-              "ansible_become": False, "sglang_model_root": str(tmp_path / "models"),
+              "ansible_become": False, "sglang_common_models_root": str(tmp_path / "models"),
               "sglang_model_hub_endpoint": double.url, "sglang_model_min_free_gb": 0,
               "sglang_model_server_writable_paths": [str(tmp_path / "server-home")],
               "sglang_model_models": models if models is not None else [model()]}
@@ -172,7 +172,8 @@ def test_a_local_source_that_is_missing_or_lacks_files(tmp_path, double, hub_roo
 
 
 def test_a_fanout_source_without_a_verified_copy(tmp_path, double):
-    hosts = {"gpu1": {"sglang_model_root": str(tmp_path / "gpu1")}, "gpu2": {"sglang_model_root": str(tmp_path / "gpu2")}}
+    hosts = {"gpu1": {"sglang_common_models_root": str(tmp_path / "gpu1")},
+             "gpu2": {"sglang_common_models_root": str(tmp_path / "gpu2")}}
     rc, out = validate(tmp_path, double, hosts=("gpu1", "gpu2"), host_vars=hosts, sglang_model_fanout_sources=["gpu2"])
     assert rc != 0
     assert "sglang_model_fanout_sources names gpu2, which hold no verified copy of target" in out, out[-2000:]

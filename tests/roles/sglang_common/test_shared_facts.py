@@ -1,0 +1,143 @@
+"""The release root and the models root are each set in one place (role sglang_common) and every role
+moves with them.
+
+Statically: no role but sglang_common writes either root in its defaults, vars, tasks, handlers,
+templates or argument specs. Then for real, with ansible-playbook on this machine (local connection, no
+host change): a play that loads every role reads the paths each role resolves, first with the defaults,
+then with only sglang_common_release_root and sglang_common_models_root set in the inventory's
+group_vars/all; and the check each role's validation runs (taken from its tasks/validate.yml as written)
+passes when the role's own variable follows the shared one and, when an inventory sets it to another
+value, fails naming the shared variable to set instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+import yaml
+from repo import ROLES
+
+DEFAULT_RELEASE_ROOT = "/opt/sglang"
+DEFAULT_MODELS_ROOT = "/srv/models"
+# The literal roots as a role would hard-code them (/opt/sglang-model and /opt/sglang-router are other trees).
+LITERAL = re.compile(r"/opt/sglang(?![-\w])|/srv/models(?![-\w])")
+
+# What each role resolves from the shared roots: (expression in the role's context, the root it must be under).
+RELEASE = "release"
+MODELS = "models"
+RESOLVED = {
+    "sglang_build_root": ("sglang_build_root", RELEASE),
+    "sglang_build_release_dir": ("sglang_build_release_dir", RELEASE),
+    "sglang_build_tools": ("__sglang_build_tools", RELEASE),
+    "sglang_server_install_root": ("sglang_server_install_root", RELEASE),
+    "sglang_server_current": ("__sglang_server_current", RELEASE),
+    "sglang_server_tools_dir": ("__sglang_server_tools_dir", RELEASE),
+    "sglang_bench_tools_dir": ("sglang_bench_tools_dir", RELEASE),
+    "sglang_model_root": ("sglang_model_root", MODELS),
+    "sglang_monitoring_models_dir": ("sglang_monitoring_models_dir", MODELS),
+    "gpu_preflight_model_path": ("gpu_preflight_model_path", MODELS),
+}
+# The roles whose own copy of a root must equal the shared one: (role, its variable, the shared variable).
+AGREEMENT = [
+    ("sglang_build", "sglang_build_root", "sglang_common_release_root"),
+    ("sglang_server", "sglang_server_install_root", "sglang_common_release_root"),
+    ("sglang_model", "sglang_model_root", "sglang_common_models_root"),
+    ("sglang_monitoring", "sglang_monitoring_models_dir", "sglang_common_models_root"),
+]
+# The roles that read the shared roots.
+READERS = ["gpu_preflight", "sglang_bench", "sglang_build", "sglang_model", "sglang_monitoring", "sglang_server"]
+
+
+def test_no_role_but_sglang_common_writes_a_root():
+    found = []
+    for path in sorted(ROLES.glob("*/*/**/*")):
+        rel = path.relative_to(ROLES)
+        if not path.is_file() or rel.parts[0] == "sglang_common" or rel.parts[1] not in (
+                "defaults", "vars", "tasks", "handlers", "templates", "meta"):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if LITERAL.search(line) and not line.lstrip().startswith("#"):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert found == []
+
+
+def playbook(tmp_path, body: str, group_vars: dict) -> subprocess.CompletedProcess:
+    """Run a play on localhost (local connection) with group_vars/all of the inventory."""
+    tmp_path.mkdir(exist_ok=True)
+    inv = tmp_path / "inventory"
+    (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (inv / "group_vars" / "all" / "shared.yml").write_text(yaml.safe_dump(group_vars) if group_vars else "---\n")
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
+    play = tmp_path / "play.yml"
+    play.write_text(body)
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
+    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(ROLES), ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"))
+    return subprocess.run(["ansible-playbook", "-i", str(inv), str(play), "--skip-tags", "loaded_only"], check=False,
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def roles_play(tasks: list) -> str:
+    """Every role of RESOLVED loaded (its defaults and vars in the play), none of its tasks run."""
+    return yaml.safe_dump([{
+        "name": "Load the roles, run none of their tasks", "hosts": "localhost", "gather_facts": False,
+        "roles": [{"role": r, "tags": ["loaded_only"]} for r in READERS],
+        "tasks": tasks}], sort_keys=False)
+
+
+def resolved(tmp_path, group_vars: dict) -> dict:
+    out = tmp_path / "resolved.json"
+    body = roles_play([{"name": "Write what each role resolves", "tags": ["always"], "ansible.builtin.copy": {
+        "dest": str(out), "mode": "0644",
+        "content": "{{ __resolved | to_json }}"},
+        "vars": {"__resolved": {k: "{{ " + expr + " }}" for k, (expr, _) in RESOLVED.items()}}}])
+    proc = playbook(tmp_path, body, group_vars)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_the_roles_resolve_the_shared_defaults(tmp_path):
+    values = resolved(tmp_path, {})
+    roots = {RELEASE: DEFAULT_RELEASE_ROOT, MODELS: DEFAULT_MODELS_ROOT}
+    for key, (_, root) in RESOLVED.items():
+        assert values[key] == roots[root] or values[key].startswith(roots[root] + "/"), (key, values[key])
+
+
+def test_setting_each_root_in_sglang_common_moves_every_role(tmp_path):
+    roots = {RELEASE: "/data/sglang-releases", MODELS: "/data/weights"}
+    values = resolved(tmp_path, {"sglang_common_release_root": roots[RELEASE],
+                                 "sglang_common_models_root": roots[MODELS]})
+    moved = {key: values[key] for key, (_, root) in RESOLVED.items()
+             if values[key] == roots[root] or values[key].startswith(roots[root] + "/")}
+    assert moved == values, f"left behind: {set(values) - set(moved)}"
+    assert not [v for v in values.values() if LITERAL.search(v)]
+
+
+def agreement_task(role: str, variable: str) -> dict:
+    """The check of role's tasks/validate.yml that holds its variable to the shared one, as written."""
+    tasks = yaml.safe_load((ROLES / role / "tasks" / "validate.yml").read_text())
+    found = [t for t in tasks if "ansible.builtin.assert" in t and variable in str(t["ansible.builtin.assert"]["that"])
+             and "sglang_common_" in str(t["ansible.builtin.assert"]["that"])]
+    assert len(found) == 1, f"{role}: no single check of {variable} against the shared root"
+    return dict(found[0], tags=["always"], ignore_errors=True)
+
+
+@pytest.mark.parametrize(("role", "variable", "shared"), AGREEMENT)
+def test_a_role_variable_set_apart_from_the_shared_root_fails_validation_naming_the_shared_one(tmp_path, role,
+                                                                                               variable, shared):
+    task = agreement_task(role, variable)
+    play = yaml.safe_dump([{"name": "Run the check", "hosts": "localhost", "gather_facts": False,
+                            "roles": [{"role": role, "tags": ["loaded_only"]}], "tasks": [task]}], sort_keys=False)
+    follows = playbook(tmp_path / "follows", play, {shared: "/data/x"})
+    assert follows.returncode == 0 and "failed=0" in follows.stdout and "...ignoring" not in follows.stdout, \
+        follows.stdout[-3000:]
+    apart = playbook(tmp_path / "apart", play, {shared: "/data/x", variable: "/data/y"})
+    text = " ".join(apart.stdout.split())
+    assert "...ignoring" in text, text[-3000:]
+    assert f"{variable} (/data/y) differs from {shared} (/data/x)" in text, text[-3000:]
+    assert f"set {shared} instead" in text, text[-3000:]
+
