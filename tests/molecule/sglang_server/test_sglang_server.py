@@ -1,5 +1,6 @@
 """Verifier of molecule/sglang_server: the service as users get it, checked from outside."""
 
+import json
 import os
 import re
 import subprocess
@@ -172,6 +173,9 @@ def test_upgrade_that_fails_readiness_rolls_back(host):
     assert "release r2-unpatched did not become ready" in out, out[-4000:]
     assert "Rolled back: current -> /opt/sglang/releases/r1-patched" in out and "serves again" in out, out[-4000:]
     assert host.file("/opt/sglang/current").linked_to == "/opt/sglang/releases/r1-patched"
+    # Switched by sglang_build, current's one writer: its local facts name the release current points at.
+    facts = json.loads(host.file("/etc/ansible/facts.d/sglang_build.fact").content_string)
+    assert facts["release_dir"] == "/opt/sglang/releases/r1-patched", facts
     assert curl(host, "/health_generate") == "200"
     assert KEY not in out
     print(f"failed upgrade + rollback, whole play: {elapsed:.1f} s")

@@ -20,6 +20,7 @@ import subprocess
 import pytest
 import yaml
 from repo import ROLES
+from roles_alone import tasks_of
 
 DEFAULT_RELEASE_ROOT = "/opt/sglang"
 DEFAULT_MODELS_ROOT = "/srv/models"
@@ -141,3 +142,30 @@ def test_a_role_variable_set_apart_from_the_shared_root_fails_validation_naming_
     assert f"{variable} (/data/y) differs from {shared} (/data/x)" in text, text[-3000:]
     assert f"set {shared} instead" in text, text[-3000:]
 
+
+# The names a task can reach the release root's current link through.
+RELEASE_ROOT_NAMES = re.compile(r"sglang_build_root|sglang_server_install_root|__sglang_server_current|"
+                                r"sglang_common_release_root|/opt/sglang(?![-\w])")
+LINK_WRITERS = ("ansible.builtin.file", "ansible.builtin.command", "ansible.builtin.shell", "ansible.builtin.copy")
+
+
+def test_only_sglang_build_writes_the_release_roots_current_link():
+    """<release root>/current has one writer, role sglang_build (activation and tasks_from: switch); the
+    server's rollback and the playbooks go through that entry point."""
+    writers = []
+    for role in sorted(p.name for p in ROLES.iterdir() if (p / "tasks").is_dir()):
+        for path, task in tasks_of(role):
+            for module in LINK_WRITERS:
+                args = task.get(module)
+                text = json.dumps(args)
+                if args is None or "current" not in text or not RELEASE_ROOT_NAMES.search(text):
+                    continue
+                if module == "ansible.builtin.file" and args.get("state") != "link":
+                    continue
+                if module in ("ansible.builtin.command", "ansible.builtin.shell") and not re.search(r"\b(mv|ln)\b", text):
+                    continue
+                if module == "ansible.builtin.copy" and "current" not in str(args.get("dest", "")):
+                    continue
+                writers.append(f"{role}/tasks/{path.name}: {task.get('name')}")
+    assert writers and all(w.startswith("sglang_build/") for w in writers), writers
+    assert sorted({w.split(":")[0] for w in writers}) == ["sglang_build/tasks/activate.yml", "sglang_build/tasks/switch.yml"]
