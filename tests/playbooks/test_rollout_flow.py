@@ -115,8 +115,8 @@ STUBS = {
   vars:
     stub_event: join
 """,
-    "sglang_eagle3_patch/tasks/main.yml": """
-- name: Patch (stub)
+    "sglang_eagle3_patch/tasks/check.yml": """
+- name: Check the patch (stub)
   ansible.builtin.fail:
     msg: kimi_k25.py has a syntax error
   when: stub_patch_fails | default(false)
@@ -266,7 +266,7 @@ def test_a_host_that_fails_before_its_restart_stays_out_of_the_routers(tmp_path)
     assert log(stub, "gpu1") == ["leave", "bench 100"]  # no restart, no join
     assert state(stub, "gpu1") == ("/r/r6", "/r/r1", "")
     assert log(stub, "gpu2") == [] and log(stub, "gpu3") == []
-    assert ('Upgrade of gpu1 failed at "Patch (stub)": kimi_k25.py has a syntax error (tok/s: 100.0 on r1 before). '
+    assert ('Upgrade of gpu1 failed at "Check the patch (stub)": kimi_k25.py has a syntax error (tok/s: 100.0 on r1 before). '
             "gpu1 stays out of the routers") in out
 
 

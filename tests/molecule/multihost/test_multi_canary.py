@@ -6,8 +6,8 @@ hosts) and before test_multihost.py (which ends with the two hosts as one multi-
 from the converged fleet, both hosts serving the release current points at, and leaves it so. A new
 release is a copy of a release on the host with current pointed at it (the build is skipped): the
 slower one a copy of the serving release with the factor in its sim-slowdown-factor file (the
-simulator, TEST ONLY, runs that much slower); the one of equal speed a copy of r2-unpatched, which the
-rollout patches for EAGLE-3 on each host before its restart.
+simulator, TEST ONLY, runs that much slower); the one of equal speed a copy of r1-patched (patched, as
+the build makes every release), whose patch the rollout checks on each host before its restart.
 """
 
 import json
@@ -177,9 +177,9 @@ def test_a_release_that_answers_wrong_at_equal_speed_is_caught_on_the_canary_and
 
 
 def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
-    """The canary first (a batch of its own), then the other host, each gated and patched for EAGLE-3
-    on the way (the new release is an unpatched copy); 0 failed requests."""
-    olds = {name: new_release(name, SAME, source=f"{RELEASES}/r2-unpatched") for name in GPUS}
+    """The canary first (a batch of its own), then the other host, each gated and its EAGLE-3 patch
+    checked on the way (the new release is a patched copy, as the build makes it); 0 failed requests."""
+    olds = {name: new_release(name, SAME, source=f"{RELEASES}/r1-patched") for name in GPUS}
     proc, wall, traffic = run_under_traffic("upgrade.yml", *EXTRA)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]

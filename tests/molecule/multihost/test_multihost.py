@@ -230,7 +230,7 @@ def test_tuning_one_host_under_traffic_fails_no_request(host):
 
 
 def test_a_failing_host_stops_the_rollout_and_the_rest_keeps_serving(host):
-    """gpu1's new release cannot be patched (a syntax error in kimi_k25.py): the rollout stops at
+    """gpu1's new release fails its patch check (a syntax error in kimi_k25.py): the rollout stops at
     gpu1, which leaves the router but keeps its server; gpu2 is never touched; no request fails.
     playbooks/router.yml then puts gpu1 back as it is."""
     wait_all_healthy()

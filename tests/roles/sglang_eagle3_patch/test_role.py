@@ -183,8 +183,10 @@ def test_check_entry_point_names_missing_methods(tree_copy, tmp_path):
     assert "srt/model_executor/model_runner.py:" in message
 
 
-def test_patch_playbook_finds_the_installed_package(tree_copy, tmp_path):
-    """playbooks/patch.yml asks the release's Python where sglang is, then patches it."""
+def test_patch_playbook_checks_the_current_release_and_patches_nothing(tree_copy, tmp_path):
+    """playbooks/patch.yml asks the release's Python where sglang is and checks its model interface. The
+    build is the one place a release is patched: an unpatched release fails here, naming the missing
+    method, and stays byte-identical; once patched (the role's main entry, as the build runs it), it passes."""
     tree = tree_copy(UNPATCHED)
     release_dir = tmp_path / "release"
     python = release_dir / "venv" / "bin" / "python"
@@ -199,7 +201,15 @@ def test_patch_playbook_finds_the_installed_package(tree_copy, tmp_path):
         "sglang_eagle3_patch_tools_dir": str(tmp_path / "tools"),
         "ansible_become": False,
     }
+    unpatched = (tree / KIMI).read_bytes()
+    report = ansible(tmp_path, REPO / "playbooks" / "patch.yml", variables, inventory=str(inventory))
+    assert stats(report)["failures"] == 1
+    assert "KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture is missing" in failure_message(report)
+    assert (tree / KIMI).read_bytes() == unpatched
+    built = ansible(tmp_path, playbook(tmp_path), role_vars(tree, tmp_path))
+    assert stats(built)["failures"] == 0, failure_message(built)
+    patched = (tree / KIMI).read_bytes()
     report = ansible(tmp_path, REPO / "playbooks" / "patch.yml", variables, inventory=str(inventory))
     assert stats(report)["failures"] == 0, failure_message(report)
-    assert task_result(report, PATCH_TASK)["changed"] is True
-    assert b"# BEGIN sglang_eagle3_patch" in (tree / KIMI).read_bytes()
+    assert "kimi_k25 is ready for EAGLE3 (sglang 0.5.9)" in json.dumps(report)
+    assert (tree / KIMI).read_bytes() == patched
