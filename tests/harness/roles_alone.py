@@ -3,10 +3,11 @@
 A role declares another by ``meta/main.yml`` dependencies or by an ``include_role``/``import_role``
 naming it (directly or through a variable of its defaults). ``closure(role)`` is the role and every
 role it declares, transitively. ``main()`` writes a roles path holding exactly one role's closure:
-molecule/sglang_server's prepare writes ``<ephemeral>/harness/roles-alone/sglang_server`` and the
-scenario runs with that ``ANSIBLE_ROLES_PATH``, so its converge, idempotence and verify prove that the
-role works with only what it declares (issue 14). The copy is made fresh on every call (small: the
-server role's closure is under 1 MB).
+molecule's create step (molecule/resources/create.yml) writes
+``<ephemeral>/harness/roles-alone/sglang_server`` and molecule/sglang_server runs with that
+``ANSIBLE_ROLES_PATH``, so its converge, idempotence and verify prove that the role works with only
+what it declares (issue 14). The copy is made fresh on every call (small: the server role's closure
+is under 1 MB).
 
 Usage: python3 tests/harness/roles_alone.py ROLE DEST   # DEST: the roles path to write
 """
