@@ -16,8 +16,7 @@ SCENARIOS ?= nvidia_cuda nvidia_cuda_preinstalled gpu_preflight sglang_build sgl
 HARNESS_ENV = TESTHOST_IMAGE="$$($(PYTHON) tests/harness/hostsetup.py --print-image)" \
               SGLANG_SOURCES_DIR="$$($(PYTHON) tests/harness/sources.py)" \
               NVIDIA_MIRROR_DIR="$$($(PYTHON) tests/harness/mirror.py)" \
-              MODEL_FIXTURES_DIR="$$($(PYTHON) tests/harness/synthetic_model.py fixtures)" \
-              ROLES_ALONE_DIR="$$($(PYTHON) tests/harness/roles_alone.py)"
+              MODEL_FIXTURES_DIR="$$($(PYTHON) tests/harness/synthetic_model.py fixtures)"
 
 .PHONY: help venv hostsetup mirror sources fixtures lint pytest molecule test demo demo-clean clean
 

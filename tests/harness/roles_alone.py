@@ -2,19 +2,18 @@
 
 A role declares another by ``meta/main.yml`` dependencies or by an ``include_role``/``import_role``
 naming it (directly or through a variable of its defaults). ``closure(role)`` is the role and every
-role it declares, transitively. ``main()`` writes one roles path per role under the cache,
-``<cache>/roles-alone/<checkout>/<role>/``, holding exactly that closure, and prints the parent
-directory: molecule/sglang_server runs with ``ANSIBLE_ROLES_PATH=${ROLES_ALONE_DIR}/sglang_server``,
-so its converge, idempotence and verify prove that the role works with only what it declares
-(issue 14). The copy is made fresh on every call (the roles are small: about 2 MB).
+role it declares, transitively. ``main()`` writes a roles path holding exactly one role's closure:
+molecule's create step (molecule/resources/create.yml) writes
+``<ephemeral>/harness/roles-alone/sglang_server`` and molecule/sglang_server runs with that
+``ANSIBLE_ROLES_PATH``, so its converge, idempotence and verify prove that the role works with only
+what it declares (issue 14). The copy is made fresh on every call (small: the server role's closure
+is under 1 MB).
 
-Usage: python3 tests/harness/roles_alone.py        # prints ROLES_ALONE_DIR
+Usage: python3 tests/harness/roles_alone.py ROLE DEST   # DEST: the roles path to write
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import shutil
 import sys
@@ -22,10 +21,9 @@ from pathlib import Path
 
 import yaml
 
-from repo import ROLES, ROOT
-from steps import guarded
+from repo import ROLES
+from steps import StepFailed, guarded
 
-CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))
 INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role")
 
 
@@ -87,21 +85,19 @@ def copy_closure(role: str, dest: Path) -> None:
         shutil.copytree(ROLES / name, dest / name, symlinks=True)
 
 
-def build(base: Path) -> Path:
-    if base.exists():
-        shutil.rmtree(base)
-    for role in role_names():
-        copy_closure(role, base / role)
-    return base
-
-
-def default_base() -> Path:
-    """One directory per checkout, so that two checkouts on one machine never share a copy."""
-    return CACHE / "roles-alone" / hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+def build(role: str, dest: Path) -> Path:
+    if role not in role_names():
+        raise StepFailed(f"no role {role!r} under {ROLES}")
+    shutil.rmtree(dest, ignore_errors=True)
+    copy_closure(role, dest)
+    return dest
 
 
 def main() -> int:
-    print(build(default_base()))
+    if len(sys.argv) != 3:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    print(build(sys.argv[1], Path(sys.argv[2])))
     return 0
 
 

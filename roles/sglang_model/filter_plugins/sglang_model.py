@@ -49,11 +49,12 @@ MODEL_DEFAULTS = {"allow_patterns": None, "ignore_patterns": None, "source": "hu
 
 
 def sglang_model_normalize(models):
-    """Fill each model entry's defaults; check what argument_specs cannot (names unique, safe)."""
+    """Fill each model entry's defaults; check what argument_specs cannot (names unique, safe).
+
+    The entries' types, required keys and source's choices are meta/argument_specs.yml's, checked
+    before this filter runs (entry points main and validate); this adds non-empty and the rest."""
     out, names = [], set()
     for i, m in enumerate(models or []):
-        if not isinstance(m, dict):
-            raise AnsibleFilterError(f"sglang_model_models[{i}] must be a dict, got {type(m).__name__}")
         entry = {**MODEL_DEFAULTS, **m}
         for key in ("name", "repo_id", "revision"):
             if not str(entry.get(key) or "").strip():
@@ -76,9 +77,6 @@ def sglang_model_normalize(models):
             value = entry[key]
             if value is not None and (isinstance(value, str) or not all(isinstance(p, str) for p in value)):
                 raise AnsibleFilterError(f"sglang_model_models[{i}] ({name}).{key} must be a list of patterns")
-        if entry["source"] not in ("hub", "local"):
-            raise AnsibleFilterError(f"sglang_model_models[{i}] ({name}).source must be hub or local, "
-                                     f"got {entry['source']!r}")
         if entry["source"] == "local" and not str(entry["local_dir"]).startswith("/"):
             raise AnsibleFilterError(f"sglang_model_models[{i}] ({name}).local_dir must be an absolute path "
                                      "when source is local")

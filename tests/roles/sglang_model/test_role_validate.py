@@ -91,6 +91,7 @@ HOST_CASES = [
     ("missing revision", [{"name": "target", "repo_id": "test-org/tiny"}], {},
      "missing required arguments: revision"),
     ("unknown source", [model(source="s3")], {}, "value of source must be one of: hub, local"),
+    ("an entry that is not a dict", ["target"], {}, "'sglang_model_models' is of type str and we were unable to convert to dict"),
     ("local source without a directory", [model(source="local", local_dir="relative")], {},
      "local_dir must be an absolute path when source is local"),
 ]
