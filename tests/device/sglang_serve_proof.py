@@ -21,7 +21,7 @@ always ends and its results are packed (after every phase, into --pack):
    endpoints, errors, /metrics after an aborted stream), the alert rules' metric names looked up in
    /metrics, and the launcher's answer to a bad flag and to a bad value;
 5. tuning: roles/sglang_bench/files/sglang_tune.py's plan/next/record/report, each candidate a
-   render and a real restart (as tasks/tune_candidate.yml), then a restart on the settings it
+   render and a real restart (as playbooks/tasks/tune_step.yml), then a restart on the settings it
    serves; sessions of the same settings give the run-to-run noise across restarts;
 6. noise.json: the coefficient of variation of tok/s within each session and across sessions.
 
@@ -766,7 +766,7 @@ def main() -> int:
             proof.pack()
             proof.tune(args.candidates, args.runs)
             proof.pack()
-            # As tasks/tune.yml ends: a restart on the settings the tuning serves; then more restarts on
+            # As playbooks/tasks/tune_host.yml ends: a restart on the settings the tuning serves; then more restarts on
             # them while the time lasts, for three sessions of the same settings (the noise across restarts).
             serving = (proof.results.get("tune") or {}).get("serving") or START
             overrides = {"sglang_server_speculative_num_steps": serving["num_steps"],
