@@ -36,7 +36,7 @@ def bench_playbook(*extra):
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     return subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
                            str(ROOT / "playbooks" / "bench.yml"), "-e", f"@{VARS / 'server.yml'}", *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                          check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
 def results():
@@ -121,8 +121,9 @@ def test_the_lossless_check_fails_a_broken_draft_path_and_the_server_serves_as_c
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert "Speculation changes the answers on molecule-sglang-bench" in out, out[-3000:]
-    verdict = json.loads(sorted((RESULTS / "lossless").glob("*-lossless-verdict.json"))[-1].read_text())
-    assert verdict["verdict"] == "fail" and verdict["figures"][0]["floor"] == 1.0 > 0.25 > verdict["figures"][0]["value"]
+    verdict = json.loads(max((RESULTS / "lossless").glob("*-lossless-verdict.json")).read_text())
+    assert verdict["verdict"] == "fail" and verdict["figures"][0]["floor"] == 1.0
+    assert verdict["figures"][0]["value"] < 0.25
     assert served_settings(host) == (3, 1, 4)  # restarted as configured before the verdict
 
 
