@@ -21,7 +21,7 @@ always ends and its results are packed (after every phase, into --pack):
    endpoints, errors, /metrics after an aborted stream), the alert rules' metric names looked up in
    /metrics, and the launcher's answer to a bad flag and to a bad value;
 5. tuning: roles/sglang_bench/files/sglang_tune.py's plan/next/record/report, each candidate a
-   render and a real restart (as tasks/tune_candidate.yml), then a restart on the settings it
+   render and a real restart (as playbooks/tasks/tune_step.yml), then a restart on the settings it
    serves; sessions of the same settings give the run-to-run noise across restarts;
 6. noise.json: the coefficient of variation of tok/s within each session and across sessions.
 
@@ -409,22 +409,33 @@ class Proof:
         return json.loads(out.read_text()) if out.exists() else None
 
     def judge(self, name: str, candidate: str, reference: str, floor: str) -> None:
+        self.compare(name, "verdict", {"--candidate": candidate, "--reference": reference, "--floor": floor},
+                     f"{candidate} against {reference}, floor {floor}")
+
+    def lossless(self, name: str, speculative: str, plain: str, floor: str) -> None:
+        self.compare(name, "lossless", {"--speculative": speculative, "--plain": plain, "--floor": floor},
+                     f"{plain} against {speculative}, floor {floor}")
+
+    def compare(self, name: str, command: str, probes: dict[str, str], what: str) -> None:
         folder = self.work / "correctness"
-        rc, text, _ = self.run("verdict", [sys.executable, str(CORRECTNESS), "verdict", "--candidate",
-                                           str(folder / f"{candidate}.json"), "--reference", str(folder / f"{reference}.json"),
-                                           "--floor", str(folder / f"{floor}.json"), "--out", str(folder / f"verdict-{name}.json")],
-                               60, log=folder / f"verdict-{name}.txt")
+        argv = [sys.executable, str(CORRECTNESS), command]
+        for option, label in probes.items():
+            argv += [option, str(folder / f"{label}.json")]
+        rc, text, _ = self.run("verdict", [*argv, "--out", str(folder / f"verdict-{name}.json")], 60,
+                               log=folder / f"verdict-{name}.txt")
         try:
             report = json.loads(text)["report"]
         except (ValueError, KeyError):
             report = text[-400:]
-        self.say(f"verdict {name} ({candidate} against {reference}, floor {floor}): rc={rc}\n{report}")
+        self.say(f"{command} {name} ({what}): rc={rc}\n{report}")
 
     def correctness(self) -> None:
-        """Greedy agreement on the real server: two probes of one session (the floor), a probe after a restart
-        of the same settings, a probe without speculation (EAGLE-3 is lossless: the same tokens)."""
-        plan = [("spec", {}, ["spec-1", "spec-2"]), ("spec-again", {}, ["spec-restart"]),
-                ("nospec", {"sglang_server_speculative_algorithm": ""}, ["nospec"])]
+        """Greedy agreement on the real server, every probe on a flushed prefix cache: two probes of a
+        speculative session (the floor), two of a start without speculation (EAGLE-3 is lossless: the
+        target model's own tokens; and its own floor), then a restart of the speculative settings."""
+        plan = [("spec", {}, ["spec-1", "spec-2"]),
+                ("nospec", {"sglang_server_speculative_algorithm": ""}, ["nospec-1", "nospec-2"]),
+                ("spec-again", {}, ["spec-restart"])]
         for label, overrides, probes in plan:
             if self.left() < 90:
                 self.say(f"no time left for {label}")
@@ -437,10 +448,17 @@ class Proof:
             self.pack()
         self.stop()
         folder = self.work / "correctness"
-        if (folder / "spec-restart.json").exists():
+        have = {f.stem for f in folder.glob("*.json")}
+        if {"spec-1", "spec-2"} <= have:
+            self.judge("floor-flushed", "spec-2", "spec-1", "spec-2")
+        if {"spec-1", "spec-2", "nospec-1"} <= have:
+            self.lossless("lossless", "spec-1", "nospec-1", "spec-2")
+        if {"spec-1", "spec-2", "nospec-2"} <= have:
+            self.lossless("lossless-2", "spec-2", "nospec-2", "spec-1")
+        if {"nospec-1", "nospec-2"} <= have:
+            self.judge("floor-nospec", "nospec-2", "nospec-1", "nospec-2")
+        if {"spec-restart", "spec-1", "spec-2"} <= have:
             self.judge("restart", "spec-restart", "spec-1", "spec-2")
-        if (folder / "nospec.json").exists():
-            self.judge("lossless", "nospec", "spec-1", "spec-2")
 
     def record(self) -> None:
         """Raw HTTP exchanges with the server for the contract test (tests/roles/sglang_server)."""
@@ -715,7 +733,7 @@ def main() -> int:
     ap.add_argument("--rehearse", action="store_true", help="the role's simulator stands for SGLang (no GPU)")
     ap.add_argument("--install-only", action="store_true", help="lay out the release and extract --parts, then stop")
     ap.add_argument("--correctness", action="store_true",
-                    help="only the correctness probes: a session probed twice, a restart, a start without speculation")
+                    help="only the correctness probes: a session probed twice, a start without speculation probed twice, a restart")
     ap.add_argument("--random-draft", action="store_true", help="models whose greedy tokens vary (synthetic_model.py)")
     args = ap.parse_args()
     proof = Proof(args)
@@ -748,7 +766,7 @@ def main() -> int:
             proof.pack()
             proof.tune(args.candidates, args.runs)
             proof.pack()
-            # As tasks/tune.yml ends: a restart on the settings the tuning serves; then more restarts on
+            # As playbooks/tasks/tune_host.yml ends: a restart on the settings the tuning serves; then more restarts on
             # them while the time lasts, for three sessions of the same settings (the noise across restarts).
             serving = (proof.results.get("tune") or {}).get("serving") or START
             overrides = {"sglang_server_speculative_num_steps": serving["num_steps"],

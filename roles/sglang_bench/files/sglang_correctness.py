@@ -25,6 +25,18 @@ the target model's own tokens. So:
             - tool calls: no fewer valid than the reference's; thinking in content: no more.
             It passes when every figure holds; a missing reference passes on no figure but says
             so ("no reference").
+``lossless`` EAGLE-3's lossless check: a probe of the same release started without speculation
+            against the speculative server's probe, the floor a second speculative probe: agreement
+            at least ``--min-agreement`` times the floor's, no right answer (beyond
+            ``--max-answers-lost``) or valid tool call more without speculation than with it.
+            Lossless holds only up to numerical ties: the verify pass scores several tokens at once,
+            in other kernels than one-token decoding. Measured on the real H200 (SGLang 0.5.17,
+            docs/validation/lossless-h200): two probes of one start, and two starts, agreed on 11 of
+            11 prompts, a start without speculation with the speculative one on 4 of 11 (a
+            random-weight model: near-ties everywhere); SafeAILab/EAGLE#212 reports 50 of 80 for
+            EAGLE-3 on Llama-3.1-8B. So the same-settings floor does not bound this comparison and
+            the default asks 0.25 of it: a broken draft/verify path (the draft's tokens accepted
+            unverified) diverges on nearly every reply and loses the checkable answers.
 
 Standard library only (it runs on a GPU host's bare python3). The API key (--api-key, or
 SGLANG_API_KEY) goes in a Bearer header and nowhere else.
@@ -187,15 +199,22 @@ def first_divergence(a: list[str], b: list[str]) -> int | None:
 
 
 def agreement(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """How two probes of the same prompts agree: exact-match share, each prompt's first divergence."""
+    """How two probes of the same prompts agree: exact-match share, each prompt's first divergence (in
+    whitespace-separated tokens, and in characters: a random-weight model's replies have no spaces), and
+    the mean share of each reply the two hold in common from its start (1.0 when all are identical)."""
     other = {r["id"]: r for r in b["results"]}
     rows = []
     for r in a["results"]:
         if r["id"] in other:
             wa, wb = reply_words(r), reply_words(other[r["id"]])
-            rows.append({"id": r["id"], "first_divergence": first_divergence(wa, wb), "tokens": max(len(wa), len(wb))})
+            ca, cb = " ".join(wa), " ".join(wb)
+            char = first_divergence(list(ca), list(cb))
+            rows.append({"id": r["id"], "first_divergence": first_divergence(wa, wb), "tokens": max(len(wa), len(wb)),
+                         "first_divergence_char": char, "chars": max(len(ca), len(cb)),
+                         "shared_prefix": 1.0 if char is None else round(char / max(len(ca), len(cb), 1), 4)})
     same = sum(row["first_divergence"] is None for row in rows)
     return {"compared": len(rows), "identical": same, "share": round(same / len(rows), 4) if rows else None,
+            "shared_prefix": round(sum(row["shared_prefix"] for row in rows) / len(rows), 4) if rows else None,
             "divergences": [row for row in rows if row["first_divergence"] is not None]}
 
 
@@ -232,8 +251,41 @@ def verdict(candidate: dict[str, Any], reference: dict[str, Any] | None, floor: 
     return out
 
 
+def lossless(speculative: dict[str, Any], plain: dict[str, Any], floor: dict[str, Any] | None,
+             min_agreement: float, max_answers_lost: int) -> dict[str, Any]:
+    """EAGLE-3's lossless check: the same release probed without speculation (the target model alone)
+    must give the speculative server's greedy replies, as often as two speculative probes agree with
+    each other (the floor: a second probe of the speculative server, its cache flushed), and no more
+    right answers or valid tool calls than it (a broken draft/verify path loses them)."""
+    out: dict[str, Any] = {"candidate": speculative["label"], "plain": plain["label"], "summary": speculative["summary"],
+                           "verdict": "pass", "check": "lossless"}
+    noise = agreement(speculative, floor) if floor else None
+    noise_acc = abs(floor["summary"]["answers_right"] - speculative["summary"]["answers_right"]) if floor else 0
+    agree = agreement(plain, speculative)
+    need = round(min_agreement * (noise["share"] if noise and noise["share"] is not None else 1.0), 4)
+    spec, base = speculative["summary"], plain["summary"]
+    out["figures"] = [
+        {"figure": "agreement without speculation", "value": agree["share"], "threshold": f">= {need}",
+         "ok": agree["share"] is not None and agree["share"] >= need, "floor": noise["share"] if noise else None,
+         "shared_prefix": agree["shared_prefix"], "detail": agree["divergences"]},
+        {"figure": "right answers with speculation", "value": spec["answers_right"], "reference": base["answers_right"],
+         "threshold": f">= {base['answers_right']} - {max_answers_lost} - {noise_acc} (floor)",
+         "ok": spec["answers_right"] >= base["answers_right"] - max_answers_lost - noise_acc},
+        {"figure": "valid tool calls with speculation", "value": spec["tool_calls_valid"],
+         "reference": base["tool_calls_valid"], "threshold": f">= {base['tool_calls_valid']}",
+         "ok": spec["tool_calls_valid"] >= base["tool_calls_valid"]},
+    ]
+    out["floor"] = {"agreement": noise, "answers_right_difference": noise_acc} if floor else None
+    failed = [f["figure"] for f in out["figures"] if not f["ok"]]
+    if failed:
+        out.update(verdict="fail", reason="; ".join(failed))
+    return out
+
+
 def report(v: dict[str, Any]) -> str:
-    lines = [f"Correctness of {v['candidate']}: {v['verdict']}" + (f" ({v['reason']})" if v.get("reason") else "")]
+    title = (f"Lossless check of {v['candidate']} (without speculation: {v['plain']})" if v.get("check") == "lossless"
+             else f"Correctness of {v['candidate']}")
+    lines = [f"{title}: {v['verdict']}" + (f" ({v['reason']})" if v.get("reason") else "")]
     for f in v["figures"]:
         extra = f", floor {f['floor']}" if f.get("floor") is not None else ""
         ref = f", reference {f['reference']}" if "reference" in f else ""
@@ -289,6 +341,13 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--min-agreement", type=float, default=0.5)
     v.add_argument("--max-answers-lost", type=int, default=1)
     v.add_argument("--out")
+    lo = sub.add_parser("lossless", help="EAGLE-3's lossless check: a probe without speculation against the speculative one")
+    lo.add_argument("--speculative", required=True, help="a probe of the speculative server")
+    lo.add_argument("--floor", help="a second probe of the speculative server (the noise floor)")
+    lo.add_argument("--plain", required=True, help="a probe of the same release without speculation")
+    lo.add_argument("--min-agreement", type=float, default=0.25)
+    lo.add_argument("--max-answers-lost", type=int, default=0)
+    lo.add_argument("--out")
     j = sub.add_parser("judge", help="verdict of a session's probe against the host's history (writes the verdict there)")
     j.add_argument("--history", required=True, help="the host's directory of probes")
     j.add_argument("--session", required=True)
@@ -315,13 +374,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not 0 < args.min_agreement <= 1 or args.max_answers_lost < 0:
         raise SystemExit("--min-agreement must be in (0, 1] and --max-answers-lost at least 0")
-    candidate = load(args.candidate)
-    if candidate is None:
-        raise SystemExit(f"--candidate {args.candidate}: no such probe")
-    result = verdict(candidate, load(args.reference), load(args.floor),
-                     args.min_agreement, args.max_answers_lost)
-    result.update(report=report(result), reference_file=args.reference if result["verdict"] != "no reference" else None,
-                  floor_file=args.floor)
+    if args.command == "lossless":
+        speculative, plain = load(args.speculative), load(args.plain)
+        if speculative is None or plain is None:
+            raise SystemExit(f"--speculative {args.speculative} / --plain {args.plain}: no such probe")
+        result = lossless(speculative, plain, load(args.floor), args.min_agreement, args.max_answers_lost)
+        result.update(report=report(result), speculative_file=args.speculative, plain_file=args.plain,
+                      floor_file=args.floor)
+    else:
+        candidate = load(args.candidate)
+        if candidate is None:
+            raise SystemExit(f"--candidate {args.candidate}: no such probe")
+        result = verdict(candidate, load(args.reference), load(args.floor),
+                         args.min_agreement, args.max_answers_lost)
+        result.update(report=report(result), reference_file=args.reference if result["verdict"] != "no reference" else None,
+                      floor_file=args.floor)
     if args.out:
         write(args.out, result)
     print(json.dumps(result))

@@ -30,6 +30,15 @@ def converge(*extra):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
+def bench_playbook(*extra):
+    """playbooks/bench.yml as a user runs it (validation first; restarts composed by the playbook)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    return subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+                           str(ROOT / "playbooks" / "bench.yml"), "-e", f"@{VARS / 'server.yml'}", *extra],
+                          check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
 def results():
     return sorted(RESULTS.glob("*.json"))
 
@@ -82,10 +91,15 @@ def test_gate_fails_when_significantly_slower_than_the_threshold():
 
 
 def test_ab_mode_measures_baseline_and_eagle3_and_reports_the_speedup():
-    proc = converge("-e", "sglang_bench_mode=ab", "-e", "sglang_bench_gate=false")
+    """playbooks/bench.yml composes the restarts (role sglang_server) and the measurements (role
+    sglang_bench); with sglang_bench_lossless, EAGLE-3's lossless check after them."""
+    proc = bench_playbook("-e", "sglang_bench_mode=ab", "-e", "sglang_bench_gate=false", "-e", "sglang_bench_lossless=true")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "EAGLE-3 speedup" in out, out[-3000:]
+    # The simulator is lossless: the start without speculation gives the same replies.
+    assert "Lossless check of speculative-1 (without speculation: plain-1): pass" in out, out[-3000:]
+    assert "agreement without speculation: 1.0 (needs >= 0.25, floor 1.0): ok" in out
     session = sorted(results())[-1].name.split("-", 1)[0]
     labels = {json.loads(p.read_text())["label"]: json.loads(p.read_text()) for p in RESULTS.glob(f"{session}-*.json")}
     assert set(labels) == {"baseline", "eagle3"}
@@ -95,6 +109,22 @@ def test_ab_mode_measures_baseline_and_eagle3_and_reports_the_speedup():
     truth = TRUTH_TOK_S / (64 / (0.150 + 63 / 40))
     assert abs(speedup - truth) / truth < 0.05, (speedup, truth)
     assert f"**{speedup:.3f}x**" in (RESULTS / "report.md").read_text()
+
+
+def test_the_lossless_check_fails_a_broken_draft_path_and_the_server_serves_as_configured(host):
+    """SGLANG_SIM_SPEC_CORRUPTION (TEST ONLY): the speculative server's draft/verify path lets wrong
+    tokens through; the start without speculation answers right: the check fails the host."""
+    env = yaml.safe_load((VARS / "server.yml").read_text())["sglang_server_simulator_env"]
+    broken = json.dumps({"sglang_server_simulator_env": {**env, "SGLANG_SIM_SPEC_CORRUPTION": "1"}})
+    proc = bench_playbook("-e", "sglang_bench_mode=ab", "-e", "sglang_bench_gate=false", "-e", "sglang_bench_lossless=true",
+                          "-e", broken)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "Speculation changes the answers on molecule-sglang-bench" in out, out[-3000:]
+    verdict = json.loads(max((RESULTS / "lossless").glob("*-lossless-verdict.json")).read_text())
+    assert verdict["verdict"] == "fail" and verdict["figures"][0]["floor"] == 1.0
+    assert verdict["figures"][0]["value"] < 0.25
+    assert served_settings(host) == (3, 1, 4)  # restarted as configured before the verdict
 
 
 def test_sweep_mode_measures_throughput_per_concurrency():
@@ -191,6 +221,8 @@ def test_tune_finds_the_models_optimum_skips_what_cannot_start_and_the_bench_gat
     assert oom, report
     assert re.search(rf"^- {oom[0]}: .*CUDA out of memory", report, re.M), report
     assert (run / "tune.png").read_bytes()[:4] == b"\x89PNG"
+    # EAGLE-3's lossless check of the winner (sglang_bench_tune_lossless), in the report.
+    assert "## Lossless check of the settings served" in report and "(without speculation: plain-1): pass" in report
     assert yaml.safe_load((run / "winner.yml").read_text())["sglang_server_speculative_eagle_topk"] == optimum[1]
     summary = re.search(r"about ([\d.]+) of ([\d.]+) min", report)
     assert summary and float(summary.group(1)) <= float(summary.group(2)), report  # the budget

@@ -3,7 +3,7 @@
 1. sglang_bench_confidence outside (0, 1) and a non-boolean sglang_bench_fail_inconclusive
    fail before anything runs, naming the variable: in tasks/validate.yml (what upgrade.yml
    runs for every host first) and in meta/argument_specs.yml (the role's entry point).
-2. The report call of tasks/bench.yml as the role runs it (its three tasks, taken from the
+2. The report call of tasks/report.yml as the role runs it (its three tasks, taken from the
    file, with the role's defaults): the new settings reach the script, the play shows the
    verdicts, and the gate fails the play only when it should.
 """
@@ -119,7 +119,7 @@ def test_role_entry_point_checks_the_types(tmp_path):
 
 REPORT_PLAY = """\
 ---
-- name: The report call of sglang_bench's tasks/bench.yml
+- name: The report call of sglang_bench's tasks/report.yml
   hosts: all
   gather_facts: false
   roles:
@@ -133,18 +133,17 @@ REPORT_TASKS = ("Compare with the history and the baseline; render the report an
 
 
 def probe_role(tmp_path: Path) -> None:
-    """roles/bench_report_probe: bench.yml's report tasks and the role's defaults, laid out so that
+    """roles/bench_report_probe: report.yml's report tasks and the role's defaults, laid out so that
     the task finds the script where it does in this repository."""
-    tasks = yaml.safe_load(role_file("sglang_bench", "tasks", "bench.yml").read_text())
-    block = next(t for t in tasks if t.get("name") == "Benchmark")["block"]
-    wanted = [t for t in block if t.get("name") in REPORT_TASKS]
+    tasks = yaml.safe_load(role_file("sglang_bench", "tasks", "report.yml").read_text())
+    wanted = [t for t in tasks if t.get("name") in REPORT_TASKS]
     assert [t["name"] for t in wanted] == list(REPORT_TASKS)
     role = tmp_path / "roles" / "bench_report_probe"
     (role / "tasks").mkdir(parents=True)
     (role / "defaults").mkdir()
     (role / "tasks" / "main.yml").write_text(yaml.safe_dump(wanted, sort_keys=False))
     shutil.copy(role_file("sglang_bench", "defaults", "main.yml"), role / "defaults" / "main.yml")
-    # Where bench.yml looks for the script: next to the roles (files/) or in the role's own files/.
+    # Where report.yml looks for the script: next to the roles (files/) or in the role's own files/.
     for files in (tmp_path / "files", role / "files"):
         files.mkdir()
         (files / "sglang_bench_report.py").symlink_to(REPORT)

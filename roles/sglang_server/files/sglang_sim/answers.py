@@ -13,11 +13,18 @@ A release can be made to answer wrong (the correctness gate's tests): <release>/
 share of the answer's words, and of arithmetic answers, with others (seeded by the prompt, so a
 corrupted release is wrong the same way every time); <release>/sim-tool-format "broken" (or
 SGLANG_SIM_TOOL_FORMAT) makes its tool calls unreadable to the parser (toolcalls.py).
+
+Speculation changes nothing in a reply (EAGLE-3 is lossless: the simulated model's tokens with or
+without --speculative-algorithm) unless SGLANG_SIM_SPEC_CORRUPTION (a share in [0, 1], TEST ONLY: a
+broken draft/verify path, whose unverified draft tokens get through) corrupts that share of the
+answer as above, on a speculative server only: EAGLE-3's lossless check (a start without
+speculation against the speculative one) must then fail.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
 from fractions import Fraction
@@ -74,9 +81,16 @@ def answer(body: dict[str, Any], corruption: float) -> tuple[str, str]:
     return thinking, " ".join(reply)
 
 
+def draft_path_corruption(server_args: dict[str, Any]) -> float:
+    """SGLANG_SIM_SPEC_CORRUPTION on a speculative server (a broken draft/verify path), else 0."""
+    if not server_args.get("speculative_algorithm"):
+        return 0.0
+    return min(1.0, max(0.0, float(os.environ.get("SGLANG_SIM_SPEC_CORRUPTION") or 0)))
+
+
 def message(body: dict[str, Any], server_args: dict[str, Any], corruption: float) -> dict[str, Any]:
     """The assistant message, with the thinking where SGLang's reasoning parser would put it."""
-    thinking, reply = answer(body, corruption)
+    thinking, reply = answer(body, max(corruption, draft_path_corruption(server_args)))
     if server_args.get("reasoning_parser") and body.get("separate_reasoning", True):
         return {"role": "assistant", "content": reply, "reasoning_content": thinking, "tool_calls": None}
     return {"role": "assistant", "content": f"<think>{thinking}</think>{reply}", "reasoning_content": None,
