@@ -22,7 +22,7 @@ Subcommands:
   load   --modules FILE --result FILE   in this (fresh) process, load every module without
                                         compiling (FLASHINFER_DISABLE_JIT=1), timed
 
-Module descriptors are the build tool's canonical form (sglang_build.py, AOT_KINDS):
+Module descriptors are the build tool's canonical form (sglang_build_tool/plan.py, AOT_KINDS):
 ``{"kind": "mla", "backend": "fa2", "dtype": "bfloat16", ...}``.
 """
 

@@ -26,7 +26,7 @@ from repo import ROOT, load
 
 ROLE = ROOT / "roles" / "sglang_build"
 load("roles/nvidia_cuda/files/nvidia_cuda_verify.py")
-sb = load("roles/sglang_build/files/sglang_build.py")
+sb = load("roles/sglang_build/files/sglang_build_tool")
 NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
 needs_nvcc = pytest.mark.skipif(not NVCC.exists(), reason=f"no nvcc at {NVCC} (the test hosts have it after nvidia_cuda)")
 needs_ansible = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook not on PATH (make venv)")
