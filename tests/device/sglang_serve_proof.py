@@ -330,7 +330,8 @@ class Proof:
     def wait_ready(self, timeout: float, step: int = 10) -> dict[str, Any]:
         """tasks/wait.yml: sglang_ready.py --seconds STEP until its rc is not 3, up to the timeout."""
         (self.bin / "systemctl").write_text(
-            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'tests/device/sglang_serve_systemctl.py'))} \"$@\"\n")
+            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} "
+            f"{shlex.quote(str(ROOT / 'tests/device/sglang_serve_systemctl.py'))} \"$@\"\n")
         (self.bin / "systemctl").chmod(0o755)
         env = dict(os.environ, PATH=f"{self.bin}:{os.environ.get('PATH', '')}",
                    SGLANG_PROOF_UNIT_STATE=str(self.state_file))
@@ -405,14 +406,17 @@ class Proof:
         rc, text, wall = self.run("probe", [sys.executable, str(CORRECTNESS), "probe", "--url", URL, "--label", label,
                                             "--model", "test-org/llama-tiny", "--out", str(out)], 180,
                                   log=folder / f"{label}.txt")
-        self.say(f"probe {label} (session {self.session}): rc={rc} {wall:.1f}s {text.strip().splitlines()[-1][:300] if text.strip() else ''}")
+        last = text.strip().splitlines()[-1][:300] if text.strip() else ""
+        self.say(f"probe {label} (session {self.session}): rc={rc} {wall:.1f}s {last}")
         return json.loads(out.read_text()) if out.exists() else None
 
     def judge(self, name: str, candidate: str, reference: str, floor: str) -> None:
         folder = self.work / "correctness"
         rc, text, _ = self.run("verdict", [sys.executable, str(CORRECTNESS), "verdict", "--candidate",
-                                           str(folder / f"{candidate}.json"), "--reference", str(folder / f"{reference}.json"),
-                                           "--floor", str(folder / f"{floor}.json"), "--out", str(folder / f"verdict-{name}.json")],
+                                           str(folder / f"{candidate}.json"),
+                                           "--reference", str(folder / f"{reference}.json"),
+                                           "--floor", str(folder / f"{floor}.json"),
+                                           "--out", str(folder / f"verdict-{name}.json")],
                                60, log=folder / f"verdict-{name}.txt")
         try:
             report = json.loads(text)["report"]

@@ -198,7 +198,8 @@ def same_version(installed: str | None, wanted: str) -> bool:
     """pip's `==` closely enough: a wanted version without a local label matches any label."""
     if installed is None:
         return False
-    canon = lambda v: v.strip().lower().lstrip("v")  # noqa: E731
+    def canon(v):
+        return v.strip().lower().lstrip("v")
     return canon(installed) == canon(wanted) or ("+" not in wanted and canon(public(installed)) == canon(wanted))
 
 

@@ -33,10 +33,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_tool import render_spec
 
 import sglang_sources
 from repo import ROOT, load
-from test_tool import render_spec
 
 rel = load("roles/sglang_build/files/sglang_release.py")
 sb = load("roles/sglang_build/files/sglang_build_tool")

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from model_kit import CACHE, FIGURES, HUB_VERSION, OTHER_TOKEN, PACKAGE, TOKEN, Stager
 
 import hub_double
 import synthetic_model
-from model_kit import CACHE, FIGURES, HUB_VERSION, OTHER_TOKEN, PACKAGE, TOKEN, Stager
 from repo import load
 
 

@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 import pytest
+from model_kit import CACHE, FIGURES, TOOL, Stager, plan_for, size_of
 
 import hub_double
 import synthetic_model
-from model_kit import CACHE, FIGURES, TOOL, Stager, plan_for, size_of
 
 # Assertions about time: run alone (tests/harness/run_tests.py runs the timing tests last).
 pytestmark = pytest.mark.timing

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .aot import AotSteps
 from .check import CheckSteps
-from .plan import BuildError, COMPLETE, Plan, log, mask, write_json
+from .plan import COMPLETE, BuildError, Plan, log, mask, write_json
 
 
 class Build(AotSteps, CheckSteps, Plan):

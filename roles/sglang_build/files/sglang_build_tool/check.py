@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 from .archs import read_cubin_arch
-from .plan import BuildError, COMPLETE, COMPONENTS, DISTRIBUTIONS, aot_label, log, mask, write_json
-
+from .plan import COMPLETE, COMPONENTS, DISTRIBUTIONS, BuildError, aot_label, log, mask, write_json
 
 # A real FlashInfer unit: the SiLU-and-mul kernel of flashinfer/activation.cuh, as
 # FlashInfer's own JIT instantiates it (csrc/activation.cu), compiled from the headers

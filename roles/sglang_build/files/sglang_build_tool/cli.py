@@ -10,7 +10,7 @@ import pwd
 from pathlib import Path
 
 from .build import Build
-from .plan import BuildError, SPEC_ENV, load_spec, log
+from .plan import SPEC_ENV, BuildError, load_spec, log
 from .prune import prune
 
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-class lock:  # noqa: N801 - used as `with lock(root):`
+class lock:  # used as `with lock(root):`
     """An exclusive flock on ROOT/.build.lock: one build or prune at a time per host."""
 
     def __init__(self, root: Path, shared: bool = False):

@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-
 # Install order: each later component is installed against the ones before it.
 COMPONENTS = ["torch", "sgl_kernel", "flashinfer", "sglang"]
 

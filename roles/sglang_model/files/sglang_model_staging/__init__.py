@@ -26,8 +26,8 @@ directory was renamed into place and its manifest written. Files are checked wit
 Hub's own rule (``hf cache verify``): sha256 for LFS files, the git blob id for the others,
 the size where a source publishes nothing else.
 
-The command line (sglang_model_stage.py, cli.py): subcommands print one JSON object on stdout; failures print ``sglang_model_stage: <why>``
-on stderr and exit 1 (2 for usage errors):
+The command line (sglang_model_stage.py, cli.py): subcommands print one JSON object on stdout;
+failures print ``sglang_model_stage: <why>`` on stderr and exit 1 (2 for usage errors):
 
     preflight   read-only state of this host for the role's validation (spec: --spec-b64)
     sync        stage one model revision from the Hub, a peer (rsync) or a local directory

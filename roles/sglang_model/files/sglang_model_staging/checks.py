@@ -20,7 +20,6 @@ import re
 import sys
 from pathlib import Path
 
-
 TOOL_VERSION = 1
 
 

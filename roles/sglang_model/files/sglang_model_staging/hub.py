@@ -56,7 +56,7 @@ def read_token(source: dict):
 
 def describe_hub_error(exc: BaseException, repo_id: str, what: str, token) -> tuple[str, bool]:
     """(message, fatal) for an exception of the client; fatal errors are not retried."""
-    from huggingface_hub import errors as hf_errors  # noqa: PLC0415 (only in the venv)
+    from huggingface_hub import errors as hf_errors  # only in the venv
 
     status = getattr(getattr(exc, "response", None), "status_code", None)
     name = type(exc).__name__
@@ -96,11 +96,11 @@ def fetch_hub(spec: dict, staging: Staging, files: list[dict], progress: Progres
     started = time.monotonic()
     # After the environment is set: the client reads it at import.
     from huggingface_hub import get_hf_file_metadata, get_session, hf_hub_download, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
 
     # The client's own name for a partial download (a private module: no public function names it),
     # so that a file started by either the client or the Mover resumes in the other. Read, never patched.
     from huggingface_hub._local_folder import get_local_download_paths
+    from huggingface_hub.utils import build_hf_headers
 
     get_session()  # the client's HTTP session (an SSL context, once), made here, not by 8 threads queueing for it
     staging.timing["client_start"] = round(time.monotonic() - started, 3)
@@ -158,7 +158,7 @@ def fetch_hub(spec: dict, staging: Staging, files: list[dict], progress: Progres
                 digest = move(entry)
             except MoveError as exc:
                 message, fatal = str(exc), exc.fatal
-            except Exception as exc:  # noqa: BLE001 (every client error becomes one clear message)
+            except Exception as exc:  # every client error becomes one clear message
                 message, fatal = describe_hub_error(exc, repo_id, path, token)
             else:
                 ok, why = staging.verify_file(path, digest=digest)
@@ -180,7 +180,7 @@ def plan_with_client(args) -> dict:
     """Plan a revision exactly as the role does, through the real client (model_info with file metadata)."""
     source = {"endpoint": args.endpoint, "token_file": args.token_file or "", "ca_bundle": args.ca_bundle or ""}
     hub_environment(source, args.hf_home)
-    from huggingface_hub import HfApi  # noqa: PLC0415
+    from huggingface_hub import HfApi
 
     token = read_token(source)
     info = HfApi(endpoint=args.endpoint.rstrip("/")).model_info(args.repo_id, revision=args.revision,

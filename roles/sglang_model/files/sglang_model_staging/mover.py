@@ -70,7 +70,7 @@ class Mover:
                 else:
                     self._ssl = ssl.create_default_context()
                     with contextlib.suppress(ImportError, OSError):
-                        import certifi  # noqa: PLC0415 (the client's dependency, in its venv)
+                        import certifi  # the client's dependency, in its venv
                         self._ssl.load_verify_locations(certifi.where())
             return self._ssl
 

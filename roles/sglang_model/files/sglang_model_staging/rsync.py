@@ -11,7 +11,6 @@ from .checks import StageError
 from .progress import Progress
 from .staging import Staging, run_parallel
 
-
 RSYNC_ERRORS = {
     5: "the peer refused the copy (rsync: authentication or module error)",
     10: "cannot reach the peer's rsync daemon (socket error)",

@@ -8,10 +8,23 @@ import json
 import os
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from .checks import SHA_RE, StageError, TOOL_VERSION, hash_of, load_json, local_problems, manifest_matches, model_paths, quick_check, rehash, rule, safe_relpath
+from .checks import (
+    SHA_RE,
+    TOOL_VERSION,
+    StageError,
+    hash_of,
+    load_json,
+    local_problems,
+    manifest_matches,
+    model_paths,
+    quick_check,
+    rehash,
+    rule,
+    safe_relpath,
+)
 from .fsutil import ensure_dir, fsync_dir, symlink_atomic, write_atomic
 from .hub import fetch_hub
 from .progress import ByteCounter, Progress, human, summary_line
@@ -20,7 +33,7 @@ from .staging import Staging
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
 def manifest_for(spec: dict, entries: list[dict], directory: Path, source: dict) -> dict:
