@@ -62,6 +62,7 @@ fixtures:
 lint: venv
 	yamllint -s .
 	ansible-lint
+	ruff check .
 
 pytest: venv hostsetup mirror sources fixtures
 	$(HARNESS_ENV) pytest -q tests

@@ -19,7 +19,8 @@ def test_empty_file_gets_every_section():
 
 
 def test_existing_values_replaced_in_place_and_others_kept():
-    text = '[containers]\nlog_driver = "k8s-file"\ndefault_ulimits = []\n\n[engine]\n# comment\nruntime = "crun"\nevents_logger = "file"\n'
+    text = ('[containers]\nlog_driver = "k8s-file"\ndefault_ulimits = []\n\n'
+            '[engine]\n# comment\nruntime = "crun"\nevents_logger = "file"\n')
     out = merge_ini(text, CONTAINERS_SETTINGS)
     assert 'log_driver = "k8s-file"' in out and 'events_logger = "file"' in out and "# comment" in out
     assert 'runtime = "crun"' not in out and out.count("runtime =") == 1

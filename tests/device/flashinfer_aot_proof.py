@@ -121,9 +121,9 @@ def tool(phase: str, spec: Path, log: Path) -> tuple[dict, float]:
 def tests():
     """Each test: (label, its module's kind, a function that makes inputs, calls FlashInfer's
     public API and returns (out, ref) as float tensors)."""
+    import flashinfer
     import torch
     import torch.nn.functional as F
-    import flashinfer
 
     dev, bf16 = "cuda", torch.bfloat16
     ws = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=dev)
@@ -261,7 +261,7 @@ def worker(mode: str, result: Path, until: float, estimates: dict) -> int:
     if mode == "before":  # hide the AOT directory: FlashInfer's JIT compiles each module on first use
         from flashinfer.jit import env as jit_env
         jit_env.FLASHINFER_AOT_DIR = Path(os.environ["FLASHINFER_WORKSPACE_BASE"]) / "no-aot"
-    import flashinfer  # noqa: F401
+    import flashinfer  # noqa: F401 (the whole package imported, as the server does: import_seconds)
     from flashinfer.jit.core import jit_spec_registry
 
     table = tests()
@@ -290,7 +290,7 @@ def worker(mode: str, result: Path, until: float, estimates: dict) -> int:
             entry.update(max_abs_err=float(err.max()), rel_err=float((got - ref).norm() / ref.norm()),
                          finite=bool(torch.isfinite(got).all()))
             entry["ok"] = entry["finite"] and entry["rel_err"] < 2e-2
-        except Exception as exc:  # noqa: BLE001 - reported
+        except Exception as exc:  # reported
             entry.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:800])
         specs = jit_spec_registry.get_all_specs()
         entry["modules"] = {n: {"aot": specs[n].is_aot} for n in sorted(set(specs) - before)}
@@ -344,7 +344,8 @@ def main() -> int:
 
     env_txt = []
     for cmd in (["nvidia-smi", "-L"], ["nvcc", "--version"], ["cuobjdump", "--version"], ["nproc"],
-                [sys.executable, "-c", "import sys, torch; print(sys.version); print('torch', torch.__version__, torch.version.cuda)"]):
+                [sys.executable, "-c",
+                 "import sys, torch; print(sys.version); print('torch', torch.__version__, torch.version.cuda)"]):
         proc = sh(cmd)
         env_txt.append(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
     (out / "env.txt").write_text("\n".join(env_txt))
@@ -423,8 +424,9 @@ def main() -> int:
              f"check: {check['status']} {check.get('problems')}",
              f"missing arch: {summary['check_with_a_module_missing_sm_120a']}",
              f"arch 7.0: {summary['aot_with_arch_7.0']}", "",
-             f"{'module':<58} {'compile s':>9} {'archs (cuobjdump)':<18} {'before s':>9} {'after s':>8} {'after2 s':>8} {'rel err':>9}"]
-    for mod, entry in zip(stamp["modules"], check["modules"]):
+             f"{'module':<58} {'compile s':>9} {'archs (cuobjdump)':<18} {'before s':>9} {'after s':>8} "
+             f"{'after2 s':>8} {'rel err':>9}"]
+    for mod, entry in zip(stamp["modules"], check["modules"], strict=True):
         kind = mod["descriptor"]["kind"]
         name = next((n for n, (k, d) in kinds.items() if k == kind and mod["descriptor"].get("head_dim_qk") == d), kind)
         b = summary["before"].get("tests", {}).get(name, {})
@@ -433,8 +435,9 @@ def main() -> int:
         lines.append(f"{sb.aot_label(mod['descriptor']):<58} {mod.get('wall_seconds', 0):>9} {' '.join(entry['archs']):<18} "
                      f"{b.get('first_call_seconds', '-'):>9} {a1.get('first_call_seconds', '-'):>8} "
                      f"{a2.get('first_call_seconds', '-'):>8} {a1.get('rel_err', float('nan')):>9.2e}")
-    lines.append(f"after-1 compiled in workspace: {summary['after_1'].get('compiled_in_workspace')}; "
-                 f"all ok: {bool(summary['after_1'].get('tests')) and all(t.get('ok') for t in summary['after_1']['tests'].values())}")
+    after_1 = summary["after_1"]
+    all_ok = bool(after_1.get("tests")) and all(t.get("ok") for t in after_1["tests"].values())
+    lines.append(f"after-1 compiled in workspace: {after_1.get('compiled_in_workspace')}; all ok: {all_ok}")
     lines.append(f"wall {summary['wall_seconds']} s")
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "roles" / "gpu_preflight" / "module_utils"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_preflight_pcie_parse as parse  # noqa: E402
+import gpu_preflight_pcie_parse as parse  # noqa: E402 (the module's directory first)
 from gpu_preflight_proof import NCCL_ENV, figures, machine_parser, run  # noqa: E402
 
 SYS_FILES = ("current_link_speed current_link_width max_link_speed max_link_width numa_node local_cpulist class "

@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "roles" / "gpu_preflight" / "library"))
-import gpu_preflight_facts as facts  # noqa: E402
+import gpu_preflight_facts as facts  # noqa: E402 (the module's directory first: run as a script, no package)
 
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 RAW = {
@@ -105,7 +105,8 @@ def main() -> int:
     for name, cmd in RAW.items():
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-            (out / "raw" / name).write_text(proc.stdout + proc.stderr + ("" if proc.returncode == 0 else "# rc=%d\n" % proc.returncode))
+            (out / "raw" / name).write_text(proc.stdout + proc.stderr
+                                            + ("" if proc.returncode == 0 else "# rc=%d\n" % proc.returncode))
         except subprocess.TimeoutExpired:
             (out / "raw" / name).write_text("# timed out\n")
     persistence = {g["persistence_mode"] for g in facts.parse_gpus((out / "raw" / "query-core.csv").read_text())}

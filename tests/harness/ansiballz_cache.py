@@ -47,10 +47,10 @@ class _Recorder:
 
 
 def _key(mc, name, module_fqn, module_data, extension_manager) -> str:
-    import hashlib  # noqa: PLC0415
+    import hashlib
 
-    from ansible import __version__  # noqa: PLC0415
-    from ansible.utils.collection_loader import AnsibleCollectionConfig  # noqa: PLC0415
+    from ansible import __version__
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
 
     paths = [p for p in mc.module_utils_loader._get_paths(subdirs=False) if os.path.isdir(p)]
     parts = [__version__, sys.version, name, module_fqn, repr(paths), repr(list(AnsibleCollectionConfig.collection_paths or [])),
@@ -69,7 +69,7 @@ def _stamp(path: str) -> tuple[int, int] | None:
 
 
 def _patch(mc) -> None:
-    import pickle  # noqa: PLC0415
+    import pickle
 
     real = mc.recursive_finder
 
@@ -84,7 +84,7 @@ def _patch(mc) -> None:
                 raise FileNotFoundError(path)  # a module_util changed since: search again
         except FileNotFoundError:
             pass
-        except Exception:  # noqa: BLE001  (anything unexpected: Ansible's own search)
+        except Exception:  # anything unexpected: Ansible's own search
             return real(name, module_fqn, module_data, zf, date_time, extension_manager)
         else:
             for filename, data in entries:
@@ -113,7 +113,7 @@ def _patch(mc) -> None:
                 with open(tmp, "wb") as fh:
                     pickle.dump((recorder.entries, metadata, [(f, _stamp(f)) for f in files]), fh)
                 os.replace(tmp, path)
-        except Exception:  # noqa: BLE001  (no entry: the next run searches again)
+        except Exception:  # no entry: the next run searches again
             pass
         return metadata
 
@@ -121,8 +121,8 @@ def _patch(mc) -> None:
 
 
 def _patch_routing(finder) -> None:
-    import hashlib  # noqa: PLC0415
-    import pickle  # noqa: PLC0415
+    import hashlib
+    import pickle
 
     real = finder._meta_yml_to_dict
     if real is None:
@@ -130,17 +130,18 @@ def _patch_routing(finder) -> None:
 
     def meta_yml_to_dict(yaml_string_data, content_id):
         try:
-            import yaml  # noqa: PLC0415
+            import yaml
 
-            raw = yaml_string_data if isinstance(yaml_string_data, bytes) else str(yaml_string_data).encode("utf-8", "surrogateescape")
+            raw = (yaml_string_data if isinstance(yaml_string_data, bytes)
+                   else str(yaml_string_data).encode("utf-8", "surrogateescape"))
             digest = hashlib.sha256("\0".join([sys.version, yaml.__version__, ""]).encode() + raw).hexdigest()
             path = os.path.join(DIRECTORY, f"routing-{digest}")
-        except Exception:  # noqa: BLE001  (Ansible's own parser)
+        except Exception:  # Ansible's own parser
             return real(yaml_string_data, content_id)
         try:
             with open(path, "rb") as fh:
                 return pickle.load(fh)
-        except Exception:  # noqa: BLE001  (no entry, or one that cannot be read: parse)
+        except Exception:  # no entry, or one that cannot be read: parse
             pass
         routing = real(yaml_string_data, content_id)  # its errors are Ansible's, raised as they are
         try:
@@ -148,7 +149,7 @@ def _patch_routing(finder) -> None:
             with open(tmp, "wb") as fh:
                 pickle.dump(routing, fh)
             os.replace(tmp, path)
-        except Exception:  # noqa: BLE001  (no entry: the next run parses again)
+        except Exception:  # no entry: the next run parses again
             pass
         return routing
 
@@ -172,7 +173,7 @@ class _Finder:
             return None
         if not self.pending:
             sys.meta_path.remove(self)
-        import importlib.util  # noqa: PLC0415
+        import importlib.util
 
         # The real spec, found by the finders after this one (this one no longer answers for the name).
         spec = importlib.util.find_spec(fullname)
@@ -184,7 +185,7 @@ class _Finder:
             exec_module(module)
             try:
                 patch(module)
-            except Exception:  # noqa: BLE001  (Ansible unchanged)
+            except Exception:  # Ansible unchanged
                 pass
 
         spec.loader.exec_module = exec_and_patch

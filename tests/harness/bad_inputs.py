@@ -92,7 +92,7 @@ def run(host: TestHost, playbook: Path, cases: dict[str, dict], inventory_dir: P
     proc = subprocess.run(["ansible-playbook", "-i", str(inventory_dir), str(playbook), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     out = proc.stdout + proc.stderr
-    recap = {m["host"]: dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()[1:])))
+    recap = {m["host"]: dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()[1:]), strict=True))
              for m in RECAP.finditer(proc.stdout)}
     return Batch(proc.returncode, out, failures_by_host(proc.stdout), recap, host.sh(snapshot).stdout == before,
                  re.findall(r"^PLAY \[(.+?)\]", proc.stdout, re.M))

@@ -20,14 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "harness"))
+import hostsetup
+import mirror
+import sources
+import synthetic_model
+from steps import StepFailed, guarded, run
 
-import hostsetup  # noqa: E402
-import mirror  # noqa: E402
-import sources  # noqa: E402
-import synthetic_model  # noqa: E402
-from steps import StepFailed, guarded, run  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 HOST = "sglang-demo-gpu1"
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from steps import StepFailed, guarded, run  # noqa: E402
+from steps import StepFailed, guarded, run
 
 # netavark + aardvark-dns: containers on one podman network find each other by name (multi-host
 # scenarios); podman only recommends them. iptables: netavark 1.4 (Debian 12) sets up every

@@ -37,7 +37,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from steps import guarded, run  # noqa: E402
+from steps import guarded, run
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))

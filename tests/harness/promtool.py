@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from steps import StepFailed, guarded, run  # noqa: E402
+from steps import StepFailed, guarded, run
 
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible")) / "promtool"
 

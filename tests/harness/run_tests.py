@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="jobs at once (default 2)")
     ap.add_argument("--logs", default=str(ROOT / ".test-logs"))
     ap.add_argument("--scenarios", default=os.environ.get("SCENARIOS", ""))
-    ap.add_argument("--no-lint", action="store_true", help="skip yamllint and ansible-lint")
+    ap.add_argument("--no-lint", action="store_true", help="skip yamllint, ansible-lint and ruff")
     args = ap.parse_args(argv)
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
@@ -139,7 +139,7 @@ def run_suite(args: argparse.Namespace, logs: Path, scenarios: list[str]) -> int
     side_by_side = pytest_jobs(logs)
     side_by_side += [Job(f"molecule-{s}", ["molecule", "test", "-s", s]) for s in scenarios]
     if not args.no_lint:
-        side_by_side.append(Job("lint", ["bash", "-c", "yamllint -s . && ansible-lint"]))
+        side_by_side.append(Job("lint", ["bash", "-c", "yamllint -s . && ansible-lint && ruff check ."]))
     # Longest first, so that the last jobs to start are short and the lanes end together; a job
     # not listed goes first.
     side_by_side.sort(key=lambda j: -EXPECTED.get(j.name, 10**6))
@@ -148,7 +148,7 @@ def run_suite(args: argparse.Namespace, logs: Path, scenarios: list[str]) -> int
     run_all(alone, 1, logs)
     jobs = side_by_side + alone
     total = time.monotonic() - began
-    busy, all_ticks = (a - b for a, b in zip(cpu_ticks(), ticks))
+    busy, all_ticks = (a - b for a, b in zip(cpu_ticks(), ticks, strict=True))
     print(f"\n== times ({args.jobs} jobs at a time, then the timing tests alone)")
     print(f"{'job':32s} {'wall':>7s}   {'CPU':>6s}")
     for job in jobs:

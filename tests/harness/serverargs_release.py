@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_sources  # noqa: E402
-import sources  # noqa: E402
-from steps import guarded  # noqa: E402
+import sglang_sources
+import sources
+from steps import guarded
 
 ROOT = sources.CACHE / "serverargs-releases"
 

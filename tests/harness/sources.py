@@ -49,9 +49,9 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_sources  # noqa: E402  (the same sdist cache as the patch tests)
-import torchvision_double  # noqa: E402
-from steps import StepFailed, guarded, run  # noqa: E402
+import sglang_sources  # the same sdist cache as the patch tests
+import torchvision_double
+from steps import StepFailed, guarded, run
 
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))
 SDISTS = CACHE / "sdists"

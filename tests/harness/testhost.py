@@ -55,7 +55,7 @@ class TestHost:
         self.sh(f"cat > /etc/systemd/system/{name}.service <<'EOF'\n{unit}EOF\n"
                 f"systemctl daemon-reload && systemctl enable --now {name}{wait}")
 
-    def start(self, boot_timeout: float = 90) -> "TestHost":
+    def start(self, boot_timeout: float = 90) -> TestHost:
         subprocess.run(["podman", "rm", "-f", "--ignore", self.name], check=True, capture_output=True)
         subprocess.run(["podman", "run", "-d", "--name", self.name, "--hostname", self.name,
                         "--systemd=always", *self.mounts(), self.image, "/sbin/init"], check=True, capture_output=True)

@@ -19,12 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "harness"))
+import hostsetup
+import mirror
+from testhost import TestHost
 
-import hostsetup  # noqa: E402
-import mirror  # noqa: E402
-from testhost import TestHost  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def converge(inv: Path, playbook: str, env: dict) -> tuple[float, str]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 120, step: float = 0.3, what: str = "condition") -> Any:

@@ -31,7 +31,7 @@ DIRECTORY = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"zip-pycache-{os.g
 
 
 def _private_directory() -> bool:
-    import stat  # noqa: PLC0415
+    import stat
 
     try:
         os.mkdir(DIRECTORY, 0o700)
@@ -43,9 +43,9 @@ def _private_directory() -> bool:
 
 def _cached_compile(pathname, source):
     try:
-        import hashlib  # noqa: PLC0415
-        import importlib.util  # noqa: PLC0415
-        import marshal  # noqa: PLC0415
+        import hashlib
+        import importlib.util
+        import marshal
 
         data = source if isinstance(source, bytes) else source.encode("utf-8", "surrogateescape")
         key = hashlib.sha256(importlib.util.MAGIC_NUMBER + data).hexdigest()
@@ -62,7 +62,7 @@ def _cached_compile(pathname, source):
                 fh.write(marshal.dumps(code))
             os.replace(tmp, path)
             return code
-    except Exception:  # noqa: BLE001 (a cache must never break an import)
+    except Exception:  # a cache must never break an import
         pass
     return _compile(pathname, source)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import shlex
 
-import podman_enter
 from testinfra.backend import podman
+
+import podman_enter
 
 _podman_exec = podman.PodmanBackend.run
 

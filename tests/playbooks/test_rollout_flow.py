@@ -49,7 +49,8 @@ STUBS = {
         stub_new: "{{ stub_state | combine({'current': stub_state.serving}) }}"
     - name: Fail (stub)
       ansible.builtin.fail:
-        msg: "release {{ stub_state.current | basename }} did not become ready; rolled back to {{ stub_state.serving | basename }}"
+        msg: "release {{ stub_state.current | basename }} did not become ready;
+          rolled back to {{ stub_state.serving | basename }}"
 - name: Record serving and previous (stub of the role's rule)
   ansible.builtin.include_tasks: "{{ stub_dir }}/save.yml"
   vars:
@@ -76,7 +77,8 @@ STUBS = {
     "sglang_bench/tasks/main.yml": """
 - name: Measure what serves (stub; speeds from the inventory)
   ansible.builtin.set_fact:
-    stub_mean: "{{ stub_speeds[(lookup('ansible.builtin.file', stub_dir ~ '/' ~ inventory_hostname ~ '.json') | from_json).serving | basename] }}"
+    stub_mean: "{{ stub_speeds[(lookup('ansible.builtin.file', stub_dir ~ '/' ~ inventory_hostname ~ '.json')
+      | from_json).serving | basename] }}"
     stub_prev: "{{ stub_history | default([]) | last | default(none) }}"
 - name: Publish the comparison (stub)
   ansible.builtin.set_fact:
@@ -97,7 +99,8 @@ STUBS = {
       verdict: "{{ 'fail' if 'wrong' in stub_served else 'pass' }}"
       report: "{{ 'agreement with the reference 0.0 (needs >= 0.5)' if 'wrong' in stub_served else 'all figures hold' }}"
   vars:
-    stub_served: "{{ (lookup('ansible.builtin.file', stub_dir ~ '/' ~ inventory_hostname ~ '.json') | from_json).serving | basename }}"
+    stub_served: "{{ (lookup('ansible.builtin.file', stub_dir ~ '/' ~ inventory_hostname ~ '.json')
+      | from_json).serving | basename }}"
 - name: Log the benchmark (stub)
   ansible.builtin.include_tasks: "{{ stub_dir }}/log.yml"
   vars:

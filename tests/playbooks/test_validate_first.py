@@ -112,7 +112,7 @@ def test_a_host_with_good_settings_is_stopped_with_the_bad_hosts_named(batch):
     server and the build run the patch role's checks; the benchmark reads the server's endpoint)."""
     named = summary(batch)
     assert [h for h, _ in named] == [bad_inputs.alias(c[0]) for c in GPU_CASES], batch.failure(GOOD)
-    for (_, roles), case in zip(named, GPU_CASES):
+    for (_, roles), case in zip(named, GPU_CASES, strict=True):
         assert case[0].split()[0] in roles, (case, roles)
         assert roles == [r for r in ROLE_ORDER if r in roles], (case, roles)
     assert batch.recap[bad_inputs.alias(GOOD)]["changed"] == 0 and batch.recap[bad_inputs.alias(GOOD)]["failed"] == 1

@@ -220,7 +220,7 @@ def run_workers(cmds: list[list[str]], env: dict, timeout: float, progress_files
     Returns {"ok": bool, "reason": str|None, "rcs": [...]}.
     """
     procs = []
-    for cmd, log in zip(cmds, log_files):
+    for cmd, log in zip(cmds, log_files, strict=True):
         with open(log, "wb") as fh:
             procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                                           env=env, start_new_session=True))

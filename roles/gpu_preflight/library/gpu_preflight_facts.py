@@ -100,7 +100,7 @@ def parse_csv_rows(text: str, fields: list[str]) -> list[dict]:
         cols = [c.strip() for c in line.split(",")]
         if len(cols) != len(fields):
             raise ValueError("unexpected nvidia-smi line (%d fields, want %d): %r" % (len(cols), len(fields), line))
-        rows.append(dict(zip(fields, cols)))
+        rows.append(dict(zip(fields, cols, strict=True)))
     return rows
 
 
@@ -149,7 +149,7 @@ def parse_matrix(text: str) -> tuple[list[str], dict, dict]:
             continue
         gpus.append(label)
         rest[label] = [c.strip() for c in cells[1 + len(columns):]]
-        for col, value in zip(columns, [c.strip() for c in cells[1:1 + len(columns)]]):
+        for col, value in zip(columns, [c.strip() for c in cells[1:1 + len(columns)]], strict=False):
             if col.startswith("GPU") and int(col[3:]) > int(label[3:]):
                 pairs[(int(label[3:]), int(col[3:]))] = value
     return gpus, pairs, rest
@@ -327,8 +327,10 @@ def evaluate_inventory(inv: dict, expect: dict) -> list[dict]:
         checks.append(c("ecc_errors", None if not known else not bad, "<= %d uncorrected (volatile)" % want,
                         {str(i): n for i, n in sorted(known.items())},
                         ("uncorrected ECC errors since the driver loaded: "
-                         + ", ".join("GPU %d: %d" % (i, known[i]) for i in bad) + " (gpu_preflight_max_uncorrected_ecc_errors is %d)" % want)
-                        if bad else ("no uncorrected ECC errors" if known else "ECC error counts not reported (ECC off or not supported)")))
+                         + ", ".join("GPU %d: %d" % (i, known[i]) for i in bad)
+                         + " (gpu_preflight_max_uncorrected_ecc_errors is %d)" % want)
+                        if bad else ("no uncorrected ECC errors" if known
+                                     else "ECC error counts not reported (ECC off or not supported)")))
     pending = sorted(i for i, h in health.items() if h.get("retired_pages_pending") == "Yes")
     reported = [i for i, h in health.items() if h.get("retired_pages_pending") is not None]
     checks.append(c("retired_pages", None if not reported else not pending, "no page retirement pending",
@@ -389,8 +391,10 @@ def evaluate_host(host: dict, expect: dict) -> list[dict]:
         have = (disk["free_bytes"] + disk["model_bytes"]) / 1e9
         ok = have >= want
         checks.append(check("host", "disk", "pass" if ok else "fail", ">= %g GB for the model" % want, round(have, 1),
-                            "the model needs %g GB (gpu_preflight_model_size_gb) under %s: %.1f GB free on %s + %.1f GB of it already there"
-                            % (want, disk["model_path"], disk["free_bytes"] / 1e9, disk["measured_path"], disk["model_bytes"] / 1e9)))
+                            "the model needs %g GB (gpu_preflight_model_size_gb) under %s: %.1f GB free on %s "
+                            "+ %.1f GB of it already there"
+                            % (want, disk["model_path"], disk["free_bytes"] / 1e9, disk["measured_path"],
+                               disk["model_bytes"] / 1e9)))
     if "min_ram_gib" in expect:
         want = float(expect["min_ram_gib"])
         have = host["ram"]["total_kib"] / 1048576

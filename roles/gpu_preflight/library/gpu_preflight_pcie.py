@@ -66,11 +66,25 @@ checks:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_preflight_pcie_findings import (FINDINGS, assemble, checks, find, kernel_params,
-                                                              p2p_suspect, params_in_effect,
-                                                              summary_lines)
-from ansible.module_utils.gpu_preflight_pcie_parse import (norm_bdf, parse_kernel_log, parse_lspci, parse_p2p_matrix,
-                                                           parse_smi_q, read_sysfs, smi_gpu)
+from ansible.module_utils.gpu_preflight_pcie_findings import (
+    FINDINGS,
+    assemble,
+    checks,
+    find,
+    kernel_params,
+    p2p_suspect,
+    params_in_effect,
+    summary_lines,
+)
+from ansible.module_utils.gpu_preflight_pcie_parse import (
+    norm_bdf,
+    parse_kernel_log,
+    parse_lspci,
+    parse_p2p_matrix,
+    parse_smi_q,
+    read_sysfs,
+    smi_gpu,
+)
 
 
 def program(module: AnsibleModule, name: str):

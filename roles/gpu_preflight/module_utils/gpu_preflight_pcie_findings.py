@@ -11,8 +11,7 @@ consequence for the server and the fix (with the role variable that applies it, 
 from __future__ import annotations
 
 try:  # on the host, as the module ships it
-    from ansible.module_utils.gpu_preflight_pcie_parse import (acs_redirects, aer_total, gen_of_speed, link_gbps,
-                                                               parse_cmdline)
+    from ansible.module_utils.gpu_preflight_pcie_parse import acs_redirects, aer_total, gen_of_speed, link_gbps, parse_cmdline
 except ImportError:  # in the unit tests, loaded beside it
     from gpu_preflight_pcie_parse import acs_redirects, aer_total, gen_of_speed, link_gbps, parse_cmdline  # type: ignore
 
@@ -121,7 +120,7 @@ def assemble(raw: dict) -> dict:
         elif not upstream:
             rec["upstream_note"] = "on the root bus: no bridge between the GPU and the host bridge (a virtual machine)"
 
-        def put(key, pair, reason):
+        def put(key, pair, reason, rec=rec, na=na):  # this GPU's record (bound now, not at the loop's end)
             rec[key], src = pair
             if src:
                 rec.setdefault("from", {})[key] = src
@@ -144,11 +143,13 @@ def assemble(raw: dict) -> dict:
         put("gen_current", _first((s.get("gen_current"), "nvidia-smi -q Current"), (lnksta.get("gen"), "lspci LnkSta"),
                                   (gen_of_speed(y.get("current_link_speed")), "/sys current_link_speed")),
             "not reported (%s; %s; /sys current_link_speed %s)" % (no_smi, no_lspci, y.get("current_link_speed")))
-        put("width_card_max", _first((lnkcap.get("width"), "lspci LnkCap"), (_int(y.get("max_link_width")), "/sys max_link_width"),
+        put("width_card_max", _first((lnkcap.get("width"), "lspci LnkCap"),
+                                     (_int(y.get("max_link_width")), "/sys max_link_width"),
                                      (s.get("width_max"), "nvidia-smi -q Link Width Max")),
             "not reported (%s; %s; /sys has no max_link_width)" % (no_smi, no_lspci))
         put("width_current", _first((s.get("width_current"), "nvidia-smi -q Link Width Current"),
-                                    (lnksta.get("width"), "lspci LnkSta"), (_int(y.get("current_link_width")), "/sys current_link_width")),
+                                    (lnksta.get("width"), "lspci LnkSta"),
+                                    (_int(y.get("current_link_width")), "/sys current_link_width")),
             "not reported (%s; %s; /sys has no current_link_width)" % (no_smi, no_lspci))
         rec["gbps_current"] = link_gbps(rec["gen_current"], rec["width_current"])
         rec["gbps_card"] = link_gbps(rec["gen_card_max"], rec["width_card_max"])
@@ -268,7 +269,8 @@ def _platform(raw: dict, gpus: list[dict]) -> dict:
     units = sysfs.get("iommu_units")
     domains = sorted({g["iommu_domain"] for g in gpus if g.get("iommu_domain")})
     if domains:
-        mode = "translated" if set(domains) & {"DMA", "DMA-FQ"} else "passthrough" if domains == ["identity"] else "/".join(domains)
+        mode = ("translated" if set(domains) & {"DMA", "DMA-FQ"}
+                else "passthrough" if domains == ["identity"] else "/".join(domains))
     elif units:
         mode = "passthrough" if cmd.get("iommu") == "pt" else "unknown"
     elif units is not None:
@@ -330,7 +332,8 @@ def find(rec: dict) -> tuple[list[dict], dict]:
         aer = g.get("aer_counts") or {}
         down = [e["text"] for e in g.get("link_events") or [] if e["kind"] in ("link_down", "uncorrected")]
         if down or aer.get("fatal") or aer.get("nonfatal"):
-            add("pcie_link_down", s, "; ".join(down[:3]) or "AER fatal %s, non-fatal %s since boot" % (aer.get("fatal"), aer.get("nonfatal")))
+            add("pcie_link_down", s, "; ".join(down[:3])
+                or "AER fatal %s, non-fatal %s since boot" % (aer.get("fatal"), aer.get("nonfatal")))
         corrected = [e["text"] for e in g.get("link_events") or [] if e["kind"] == "corrected"]
         if corrected or aer.get("correctable") or g.get("replay_rollovers"):
             add("pcie_corrected_errors", s, "AER correctable %s, kernel log %d line(s), replays %s (rollovers %s)"
@@ -347,7 +350,8 @@ def find(rec: dict) -> tuple[list[dict], dict]:
     if plat.get("iommu_mode") == "translated":
         on = [("GPU%d" % g["index"], g["iommu_domain"]) for g in gpus if g.get("iommu_domain") in ("DMA", "DMA-FQ")]
         add("iommu_translation", "platform", "IOMMU domain %s for %s (cmdline %s)" % (
-            "/".join(sorted({d for _, d in on})), ", ".join(n for n, _ in on), plat.get("iommu_cmdline") or "no iommu= parameter"))
+            "/".join(sorted({d for _, d in on})), ", ".join(n for n, _ in on),
+            plat.get("iommu_cmdline") or "no iommu= parameter"))
     elif plat.get("iommu_mode") in (None, "unknown"):
         na["iommu_translation"] = plat["na"].get("iommu_mode") or "an IOMMU is on but the GPUs' domain type is not readable"
 

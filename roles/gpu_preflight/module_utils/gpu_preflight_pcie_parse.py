@@ -215,7 +215,7 @@ def parse_p2p_matrix(text: str) -> dict:
             columns = [int(w[3:]) for w in words]
         elif columns and re.fullmatch(r"GPU[0-9]+", words[0]) and len(words) == len(columns) + 1:
             row = int(words[0][3:])
-            for col, value in zip(columns, words[1:]):
+            for col, value in zip(columns, words[1:], strict=True):
                 if col > row:
                     pairs[(row, col)] = value
     return pairs

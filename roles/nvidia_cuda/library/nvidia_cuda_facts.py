@@ -55,7 +55,7 @@ def parse_gpu_csv(text: str) -> list[dict]:
         if len(cols) != len(GPU_FIELDS):
             raise ValueError("unexpected nvidia-smi line (%d fields, want %d): %r"
                              % (len(cols), len(GPU_FIELDS), line))
-        row = dict(zip(GPU_FIELDS, cols))
+        row = dict(zip(GPU_FIELDS, cols, strict=True))
         gpus.append({
             "index": int(row["index"]),
             "name": row["name"],

@@ -22,7 +22,7 @@ Subcommands:
   load   --modules FILE --result FILE   in this (fresh) process, load every module without
                                         compiling (FLASHINFER_DISABLE_JIT=1), timed
 
-Module descriptors are the build tool's canonical form (sglang_build.py, AOT_KINDS):
+Module descriptors are the build tool's canonical form (sglang_build_tool/plan.py, AOT_KINDS):
 ``{"kind": "mla", "backend": "fa2", "dtype": "bfloat16", ...}``.
 """
 
@@ -144,7 +144,7 @@ def build(modules: list[dict]) -> dict:
         shutil.copy2(spec.jit_library_path, tmp / f"{spec.name}.so")
         os.replace(tmp, aot_dir / spec.name)
     result = []
-    for desc, spec in zip(modules, specs):
+    for desc, spec in zip(modules, specs, strict=True):
         result.append({"name": spec.name, "descriptor": desc, "expected_archs": expected_archs(spec),
                        "so": str(spec.aot_path), "compiled_now": spec in todo, **times.get(spec.name, {})})
     return {"flashinfer": __version__, "aot_dir": str(aot_dir), "arch_list": os.environ.get("FLASHINFER_CUDA_ARCH_LIST"),
@@ -164,7 +164,7 @@ def load(modules: list[dict]) -> dict:
         try:
             spec.build_and_load()
             entry["loaded"] = True
-        except Exception as err:  # noqa: BLE001 - reported, not hidden
+        except Exception as err:  # reported, not hidden
             entry.update(loaded=False, error=f"{type(err).__name__}: {err}"[:500])
         entry["seconds"] = round(time.monotonic() - t0, 3)
         out.append(entry)

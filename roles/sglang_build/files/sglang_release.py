@@ -5,7 +5,7 @@ Why: SGLang pins its kernel package, FlashInfer, torch and torchaudio in its own
 (Requires-Dist), and the kernel package was renamed (`sgl-kernel`, `sglang-kernel` from SGLang
 0.5.10). Pins copied into this project went stale at the next release: SGLang 0.5.10 could not
 be installed beside the `sgl-kernel` and FlashInfer 0.6.3 it used to pin. So the build tool
-(files/sglang_build.py, phase venv) reads the release's metadata and installs, in order:
+(files/sglang_build_tool/build.py, phase venv) reads the release's metadata and installs, in order:
 
 1. the torch family from one CUDA build: torch at the release's pin with the build's local
    version (`+cu130` from PyTorch's index, none for PyPI's own build), and the torchaudio and
@@ -125,7 +125,7 @@ def derive(reqs: list[dict], sglang_version: str) -> dict:
 def install_steps(build, derived: dict, sglang_requirement: str) -> list[dict]:
     """The pip installs of phase venv, in order: {name, requirements, args, pins (dists to pin after)}.
 
-    `build` is a sglang_build.Build (its spec, requirement() and index_args()); `sglang_requirement`
+    `build` is a sglang_build_tool Plan or Build (its spec, requirement() and index_args()); `sglang_requirement`
     the sglang wheel (a path, URL or `sglang==X`) whose metadata `derived` was read from.
     """
     spec, comps = build.spec, build.spec["components"]
@@ -198,7 +198,8 @@ def same_version(installed: str | None, wanted: str) -> bool:
     """pip's `==` closely enough: a wanted version without a local label matches any label."""
     if installed is None:
         return False
-    canon = lambda v: v.strip().lower().lstrip("v")  # noqa: E731
+    def canon(v):
+        return v.strip().lower().lstrip("v")
     return canon(installed) == canon(wanted) or ("+" not in wanted and canon(public(installed)) == canon(wanted))
 
 
@@ -301,9 +302,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="an extra pip argument, e.g. --pip-arg=--find-links=DIR (repeatable)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import sglang_build  # the one place that knows the spec's fields and index arguments
+    from sglang_build_tool.plan import Plan, load_spec  # the one place that knows the spec's fields
 
-    build = sglang_build.Build(sglang_build.load_spec(args.spec), python_version=args.python_version)
+    build = Plan(load_spec(args.spec), python_version=args.python_version)
     try:
         result = resolve(build, args.python_version, args.glibc, [sys.executable, "-m", "pip"], args.pip_arg,
                          dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))

@@ -25,7 +25,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 DEFAULT_FACTS = Path(__file__).with_name("sglang_launch_facts.json")
 VERSION_RE = re.compile(r"^v?(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?(?:\+.*)?$")
@@ -252,7 +252,7 @@ def load_json(source: str, what: str) -> Any:
         raise InputError(f"cannot read {what} from {source}: {exc}") from exc
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sglang-version", required=True, help="the installed SGLang release, e.g. 0.5.9")
     parser.add_argument("--arch", required=True, help="GPU compute capability, e.g. 12.0")

@@ -7,7 +7,6 @@ import ast
 import os
 import tempfile
 import textwrap
-from typing import Optional
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -108,14 +107,15 @@ def strip_block(text: str, marker: str) -> str:
     if not starts and not ends:
         return text
     if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise PatchError(f"the '{begin}' / '{end}' markers are damaged (found {len(starts)} and {len(ends)}); restore the file from the release")
+        raise PatchError(f"the '{begin}' / '{end}' markers are damaged (found {len(starts)} and {len(ends)}); "
+                         "restore the file from the release")
     first = starts[0]
     if first > 0 and not lines[first - 1].strip():
         first -= 1  # the blank line the insertion put before the block
     return "".join(lines[:first] + lines[ends[0] + 1 :])
 
 
-def _entry_class_line(tree: ast.Module) -> Optional[int]:
+def _entry_class_line(tree: ast.Module) -> int | None:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
             return node.lineno
@@ -155,12 +155,14 @@ def split_methods(block: str) -> list[tuple[str, str]]:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        raise PatchError(f"the rendered methods do not parse (line {exc.lineno}: {exc.msg}); check the template and the method signatures") from exc
+        raise PatchError(f"the rendered methods do not parse (line {exc.lineno}: {exc.msg}); "
+                         "check the template and the method signatures") from exc
     lines = source.splitlines(keepends=True)
     methods = []
     for node in tree.body:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            raise PatchError(f"the rendered block may only hold method definitions, found {type(node).__name__} at line {node.lineno}")
+            raise PatchError("the rendered block may only hold method definitions, "
+                             f"found {type(node).__name__} at line {node.lineno}")
         start = min([node.lineno] + [d.lineno for d in node.decorator_list])
         methods.append((node.name, "".join(lines[start - 1 : node.end_lineno])))
     if not methods:

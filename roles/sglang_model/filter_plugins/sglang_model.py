@@ -22,12 +22,13 @@ import re
 import sys
 from pathlib import Path
 
-_STAGE_TOOL = Path(__file__).resolve().parent.parent / "files" / "sglang_model_stage.py"
+_STAGE_TOOL = Path(__file__).resolve().parent.parent / "files" / "sglang_model_staging" / "checks.py"
 
 
 def _stage_tool():
-    """The role's staging tool (files/sglang_model_stage.py) as a module: the controller's checks of a
-    local source share its wording and rules."""
+    """The staging tool's read-only module (files/sglang_model_staging/checks.py, standard library
+    only, no import of its package) as a module: the controller's checks of a local source share its
+    wording and rules."""
     module = sys.modules.get("sglang_model_stage_tool")
     if module is None:
         spec = importlib.util.spec_from_file_location("sglang_model_stage_tool", _STAGE_TOOL)

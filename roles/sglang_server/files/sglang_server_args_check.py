@@ -176,7 +176,7 @@ def run_checks(args_obj, names: list[str], options: frozenset) -> tuple[list[str
                 method(*call_args)
             except (AssertionError, ValueError) as exc:
                 raise Refused(label, str(exc) or type(exc).__name__, options) from None
-            except Exception as exc:  # noqa: BLE001 - reported, see not_evaluated
+            except Exception as exc:  # reported, see not_evaluated
                 not_evaluated.append({"check": label, "why": f"{type(exc).__name__}: {exc}"})
             else:
                 ran.append(label)
@@ -280,7 +280,7 @@ def check(argv: list[str], api_key_set: bool, model_dir: str | None) -> dict:
         import sglang
         from sglang.srt import server_args
         from sglang.version import __version__ as version
-    except Exception as exc:  # noqa: BLE001 - any import failure means the release cannot start either
+    except Exception as exc:  # any import failure means the release cannot start either
         raise CannotRun(f"this Python cannot import the release's sglang.srt.server_args "
                         f"({type(exc).__name__}: {exc})") from None
     report = {"sglang_version": version, "import_seconds": round(time.monotonic() - started, 2), "parsed": len(argv)}

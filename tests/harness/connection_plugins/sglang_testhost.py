@@ -48,7 +48,7 @@ from ansible.plugins.connection import ConnectionBase
 # The namespaces, the clean environment and the PID cache: tests/harness/podman_enter.py, shared with
 # the pytest test hosts and the molecule verifiers.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import podman_enter as enter  # noqa: E402  (tests/harness)
+import podman_enter as enter  # tests/harness
 
 
 class Connection(ConnectionBase):

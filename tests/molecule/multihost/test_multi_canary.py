@@ -18,9 +18,7 @@ import urllib.error
 from pathlib import Path
 
 import pytest
-
-from test_multihost import (GPUS, KEY, ROUTER, SERVER_PORT, Traffic, gpu, playbook, record, router_url, wait_all_healthy,
-                            workers)
+from test_multihost import GPUS, KEY, ROUTER, SERVER_PORT, Traffic, gpu, playbook, record, router_url, wait_all_healthy, workers
 
 testinfra_hosts = [f"podman://{ROUTER}"]  # cluster tests: run once, not once per host
 RELEASES = "/opt/sglang/releases"
@@ -196,7 +194,8 @@ def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
         assert 0.85 < float(row[5]) / float(row[4]) < 1.15, row
         s = state(name)
         assert (s["current"], s["serving"], s["previous"]) == (SAME, SAME, olds[name])
-        assert "BEGIN sglang_eagle3_patch" in read(gpu(name), f"{SAME}/venv/lib/python3.11/site-packages/sglang/srt/models/kimi_k25.py")
+        kimi = f"{SAME}/venv/lib/python3.11/site-packages/sglang/srt/models/kimi_k25.py"
+        assert "BEGIN sglang_eagle3_patch" in read(gpu(name), kimi)
     assert traffic.left == set(URLS.values()), traffic.left
     assert traffic.min_workers == 1
     assert_no_failed_request(traffic)

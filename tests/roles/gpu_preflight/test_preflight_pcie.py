@@ -57,7 +57,7 @@ def sysfs_tree(root: Path, fixture: Path, iommu: str | None = None, cmdline: str
             name, value = line.split(": ", 1)
             value = value.strip()
             if name.startswith("aer_dev_"):  # the listing joined the counter lines
-                value = "\n".join(" ".join(p) for p in zip(*[iter(value.split())] * 2))
+                value = "\n".join(" ".join(p) for p in zip(*[iter(value.split())] * 2, strict=False))
             (device / name).parent.mkdir(parents=True, exist_ok=True)
             (device / name).write_text(value + "\n")
     (root / "sys/class/iommu").mkdir(parents=True, exist_ok=True)
@@ -302,7 +302,8 @@ def test_lspci_without_root_and_topo_p2p_as_recorded_on_two_h200(pcie_parse):
     assert pcie_parse.norm_bdf("00000000:18:00.0") == "0000:18:00.0" and pcie_parse.gen_of_speed("16.0 GT/s PCIe") == 4
     log = pcie_parse.parse_kernel_log("[  98.1] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
                                       "GPU has fallen off the bus.\n")
-    assert log["xids"] == [{"pci": "0000:18:00.0", "xid": 79, "text": "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."}]
+    assert log["xids"] == [{"pci": "0000:18:00.0", "xid": 79,
+                            "text": "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."}]
 
 
 def test_no_gpu_listed_judges_nothing(pcie, pcie_parse, tmp_path):

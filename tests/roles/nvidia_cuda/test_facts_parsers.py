@@ -60,7 +60,8 @@ def test_test_double_speaks_the_same_format(tmp_path):
     smi = tmp_path / "nvidia-smi"
     smi.write_text(src.replace("@DRIVER_VERSION@", "580.95.05").replace("@CUDA_VERSION@", "13.0")
                    .replace("@DEFAULT_GPUS@", json.dumps(gpus)))
-    run = lambda *a: subprocess.run([sys.executable, str(smi), *a], capture_output=True, text=True, check=True).stdout  # noqa: E731
+    def run(*a):
+        return subprocess.run([sys.executable, str(smi), *a], capture_output=True, text=True, check=True).stdout
     parsed = facts.parse_gpu_csv(run("--query-gpu=" + ",".join(facts.GPU_FIELDS), "--format=csv,noheader,nounits"))
     assert [g["compute_cap"] for g in parsed] == ["12.0", "12.0"]
     assert parsed[1]["memory_mib"] == 97887

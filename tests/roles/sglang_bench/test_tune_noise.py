@@ -32,7 +32,7 @@ NOISE = 0.05
 def settings(**change) -> dict:
     base = {"num_steps": DEFAULTS["sglang_bench_tune_num_steps"], "eagle_topk": DEFAULTS["sglang_bench_tune_eagle_topk"],
             "num_draft_tokens": DEFAULTS["sglang_bench_tune_num_draft_tokens"],
-            "start": dict(zip(tune.AXES, START)), "objective": "single",
+            "start": dict(zip(tune.AXES, START, strict=True)), "objective": "single",
             "budget_minutes": DEFAULTS["sglang_bench_tune_budget_minutes"],
             "restart_minutes": DEFAULTS["sglang_bench_tune_restart_minutes"],
             "measure_minutes": DEFAULTS["sglang_bench_tune_measure_minutes"],
@@ -76,7 +76,7 @@ def paraboloid(optimum, top, start_value=100.0):
         return p[0], math.log2(p[1]), math.log2(p[2])
 
     def d2(p):
-        return sum((a - b) ** 2 for a, b in zip(x(p), x(optimum)))
+        return sum((a - b) ** 2 for a, b in zip(x(p), x(optimum), strict=True))
 
     return lambda p: top - (top - start_value) * d2(p) / d2(START)
 

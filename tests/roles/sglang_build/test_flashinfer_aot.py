@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 import yaml
+from packaging.version import Version
 
 from repo import ROOT, load
 
 ROLE = ROOT / "roles" / "sglang_build"
 load("roles/nvidia_cuda/files/nvidia_cuda_verify.py")
-sb = load("roles/sglang_build/files/sglang_build.py")
+sb = load("roles/sglang_build/files/sglang_build_tool")
 NVCC = Path("/usr/local/cuda-13.0/bin/nvcc")
 needs_nvcc = pytest.mark.skipif(not NVCC.exists(), reason=f"no nvcc at {NVCC} (the test hosts have it after nvidia_cuda)")
 needs_ansible = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook not on PATH (make venv)")
@@ -225,12 +225,13 @@ def release(tmp_path_factory):
     if not NVCC.exists():
         pytest.skip(f"no nvcc at {NVCC}")
     import aot_wheels
+
     import sources
 
     try:
         wheels = [*aot_wheels.ensure().glob("*.whl")]
         house = sources.ensure() / "wheelhouse"
-    except Exception as err:  # noqa: BLE001 - no network and nothing cached
+    except Exception as err:  # no network and nothing cached
         pytest.skip(f"FlashInfer's test wheels are not available: {err}")
     # One version of each (the wheelhouse holds several of some: apache-tvm-ffi 0.1.11 is SGLang 0.5.17's pin):
     # the newest, as pip would pick for FlashInfer's own range.

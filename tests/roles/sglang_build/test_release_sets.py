@@ -33,13 +33,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_tool import render_spec
 
 import sglang_sources
 from repo import ROOT, load
-from test_tool import render_spec
 
 rel = load("roles/sglang_build/files/sglang_release.py")
-sb = load("roles/sglang_build/files/sglang_build.py")
+sb = load("roles/sglang_build/files/sglang_build_tool")
 
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible")) / "resolve"
 WEEK = 7 * 24 * 3600

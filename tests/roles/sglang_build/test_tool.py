@@ -26,7 +26,7 @@ FILES = ROOT / "roles" / "sglang_build" / "files"
 # On a host nvidia_cuda_verify.py (role nvidia_cuda, tasks_from: tools) ships next to the tool, which
 # imports its cubin reader from there; here it is loaded first, under the name the tool imports.
 load("roles/nvidia_cuda/files/nvidia_cuda_verify.py")
-sb = load("roles/sglang_build/files/sglang_build.py")
+sb = load("roles/sglang_build/files/sglang_build_tool")
 
 RENDER = """
 - name: Render the sglang_build spec from the role's defaults

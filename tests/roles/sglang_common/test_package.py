@@ -174,7 +174,8 @@ def test_module_takes_a_mode_per_file_and_refuses_bad_names_and_modes(tmp_path):
         proc = install(bad)
         assert proc.returncode != 0 and named in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
         assert not dest.exists()
-    proc = install([{"name": "tool.py", "content": b64("print(1)\n"), "mode": "0755"}, {"name": "facts.json", "content": b64("{}")}])
+    proc = install([{"name": "tool.py", "content": b64("print(1)\n"), "mode": "0755"},
+                    {"name": "facts.json", "content": b64("{}")}])
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
     assert oct((dest / "tool.py").stat().st_mode & 0o777) == "0o755"
     assert oct((dest / "facts.json").stat().st_mode & 0o777) == "0o644"
@@ -236,6 +237,6 @@ def test_dirs_module_creates_and_corrects_only_what_differs(tmp_path):
     fixed, *refused = ensure(wanted, *(b[0] for b in bad), extra=("--diff",))
     assert fixed["changed_paths"] == [str(base / "home")] and fixed["created"] == [], fixed
     assert (base / "home").stat().st_mode & 0o777 == 0o750
-    for res, (_, named) in zip(refused, bad):
+    for res, (_, named) in zip(refused, bad, strict=True):
         assert res.get("failed") and named in res["msg"], res
     assert not (base / "new").exists()  # nothing created before a refusal

@@ -17,9 +17,9 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Iterable
 
 import jinja2
 import pytest
@@ -100,7 +100,7 @@ def release() -> Callable[[str], Path]:
 
 
 def _farm(source: Path, dest: Path, real: Iterable[str]) -> Path:
-    for root, dirs, files in os.walk(source):
+    for root, _dirs, files in os.walk(source):
         rel = Path(root).relative_to(source)
         (dest / rel).mkdir(parents=True, exist_ok=True)
         for name in files:

@@ -102,7 +102,8 @@ def test_facts_outside_their_release_range_do_not_apply():
         ({"speculative_draft_model_path": None}, 8, {"eagle3-without-draft-model"}),
         ({"mem_fraction_static": 1.5}, 8, {"mem-fraction-static-out-of-range"}),
         ({"speculative_num_steps": None}, 8, {"speculative-params-without-num-steps"}),
-        ({"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "env": {"SGLANG_ENABLE_SPEC_V2": "1"}}, 8, {"spec-v2-topk-above-1"}),
+        ({"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "env": {"SGLANG_ENABLE_SPEC_V2": "1"}}, 8,
+         {"spec-v2-topk-above-1"}),
     ],
 )
 def test_impossible_settings_fail(change, gpus, expected):
@@ -174,7 +175,8 @@ def test_every_fact_is_well_formed_and_cited():
 
 @pytest.mark.parametrize(
     ("version", "key"),
-    [("0.5.9", ((0, 5, 9, 0), (4, 0), 0)), ("0.5.13.post1", ((0, 5, 13, 0), (4, 0), 1)), ("0.5.10rc0", ((0, 5, 10, 0), (3, 0), 0))],
+    [("0.5.9", ((0, 5, 9, 0), (4, 0), 0)), ("0.5.13.post1", ((0, 5, 13, 0), (4, 0), 1)),
+     ("0.5.10rc0", ((0, 5, 10, 0), (3, 0), 0))],
 )
 def test_version_ordering(launch_check, version, key):
     assert launch_check.version_key(version) == key

@@ -130,7 +130,8 @@ def test_mode_and_owner_are_kept_and_no_temp_file_is_left(tree_copy, run_module,
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("class KimiK25ForConditionalGeneration:\n    def __init__(self):\n        self.language_model = 1\n", "no 'EntryClass = ...' line"),
+        ("class KimiK25ForConditionalGeneration:\n    def __init__(self):\n        self.language_model = 1\n",
+         "no 'EntryClass = ...' line"),
         ("class Other:\n    pass\n\n\nEntryClass = [Other]\n", "class KimiK25ForConditionalGeneration is not defined"),
         ("class KimiK25ForConditionalGeneration(:\n    pass\n\nEntryClass = []\n", "does not parse"),
         (
@@ -162,7 +163,8 @@ def test_a_block_that_is_not_only_methods_is_refused(tree_copy, run_module):
 def test_damaged_markers_are_refused(tree_copy, run_module, rendered_block):
     tree = tree_copy(UNPATCHED)
     run_module(**patch_args(tree, rendered_block))
-    damaged = "\n".join(l for l in (tree / KIMI).read_text().splitlines() if "# END sglang_eagle3_patch" not in l) + "\n"
+    damaged = "\n".join(line for line in (tree / KIMI).read_text().splitlines()
+                        if "# END sglang_eagle3_patch" not in line) + "\n"
     (tree / KIMI).write_text(damaged)
     rc, result = run_module(**patch_args(tree, rendered_block))
     assert rc != 0

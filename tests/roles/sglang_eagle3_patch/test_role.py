@@ -92,7 +92,8 @@ def test_role_patches_once_then_changes_nothing(tree_copy, tmp_path):
     first = ansible(tmp_path, play, role_vars(tree, tmp_path))
     assert stats(first)["failures"] == 0, failure_message(first)
     assert task_result(first, PATCH_TASK)["changed"] is True
-    assert "kimi_k25 is ready for EAGLE3 (sglang 0.5.9)" in task_result(first, "Check that the model provides what SGLang calls for the algorithm")["msg"]
+    checked = task_result(first, "Check that the model provides what SGLang calls for the algorithm")
+    assert "kimi_k25 is ready for EAGLE3 (sglang 0.5.9)" in checked["msg"]
     patched = (tree / KIMI).read_bytes()
     assert b"# BEGIN sglang_eagle3_patch" in patched
     second = ansible(tmp_path, play, role_vars(tree, tmp_path))
@@ -162,7 +163,8 @@ def test_check_entry_point_stops_a_known_crash(tree_copy, tmp_path):
         "extra_args": ["--enable-torch-symm-mem"],
     }
     variables = role_vars(
-        tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="12.0", sglang_eagle3_patch_gpu_count=8
+        tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="12.0",
+        sglang_eagle3_patch_gpu_count=8
     )
     report = ansible(tmp_path, playbook(tmp_path, "check"), variables)
     assert stats(report)["failures"] == 1

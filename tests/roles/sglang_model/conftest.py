@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from model_kit import CACHE, FIGURES, HUB_VERSION, OTHER_TOKEN, PACKAGE, TOKEN, Stager
 
 import hub_double
 import synthetic_model
-from model_kit import CACHE, FIGURES, HUB_VERSION, OTHER_TOKEN, TOKEN, TOOL, Stager
 from repo import load
 
 
@@ -25,8 +25,8 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(scope="session")
 def tool_module():
-    """The staging tool imported as a module (its pure functions: preflight, prune, hashing)."""
-    return load(TOOL)
+    """The staging tool's package imported (its functions: preflight, prune, the Mover)."""
+    return load(PACKAGE)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ import synthetic_model
 from repo import load, role_file
 
 TOOL = role_file("sglang_model", "files", "sglang_model_stage.py")
+PACKAGE = role_file("sglang_model", "files", "sglang_model_staging")
 FILTERS = load(role_file("sglang_model", "filter_plugins", "sglang_model.py"), "sglang_model_filters")
 CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible"))
 HUB_VERSION = re.search(r'^sglang_model_hub_version: "([^"]+)"',

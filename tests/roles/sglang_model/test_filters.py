@@ -10,7 +10,6 @@ import random
 import subprocess
 
 import pytest
-
 from model_kit import FILTERS as F
 
 PATHS = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
@@ -191,8 +190,8 @@ def test_inside_writable_paths_by_text():
 
 def test_one_progress_line_per_poll():
     """The tool words the lines the role prints (progress per poll, the result at the end)."""
-    from repo import load, role_file  # noqa: PLC0415
-    tool = load(role_file("sglang_model", "files", "sglang_model_stage.py"), "sglang_model_stage_words")
+    from repo import load, role_file
+    tool = load(role_file("sglang_model", "files", "sglang_model_staging", "progress.py"))
     line = tool.progress_line({"bytes_done": 212_400_000_000, "bytes_total": 547_000_000_000, "rate": 1.04e9,
                                "eta": 321, "files_done": 24, "files_total": 71, "phase": "downloading"})
     assert line == "212.4 GB of 547.0 GB (38.8%), 1.0 GB/s, ETA 5m21s, files 24/71 (downloading)"

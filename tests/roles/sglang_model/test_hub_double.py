@@ -9,8 +9,9 @@ import subprocess
 import urllib.error
 import urllib.request
 
-import synthetic_model
 from model_kit import TOKEN
+
+import synthetic_model
 
 
 def client(python, double, code: str, tmp_path) -> dict:
@@ -30,7 +31,8 @@ def test_tree_listing_paginates_and_paths_info_answers(hub_python, double, hub_r
         "out['tree'] = [[f.path, f.size, f.blob_id, f.lfs.sha256 if f.lfs else None]"
         " for f in api.list_repo_tree('test-org/tiny', recursive=True) if hasattr(f, 'blob_id')]\n"
         "out['top'] = sorted(f.path for f in api.list_repo_tree('test-org/tiny'))\n"
-        "out['info'] = [[p.path, getattr(p, 'size', 0)] for p in api.get_paths_info('test-org/tiny', ['config.json', 'docs', 'nope'])]\n"),
+        "out['info'] = [[p.path, getattr(p, 'size', 0)]"
+        " for p in api.get_paths_info('test-org/tiny', ['config.json', 'docs', 'nope'])]\n"),
         tmp_path)
     assert {p: (s, b, h) for p, s, b, h in out["tree"]} == {
         p: (m["size"], m["blob_id"], m["lfs"]["sha256"] if m["lfs"] else None) for p, m in rev.files.items()}

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
-
 from model_kit import ALLOW, IGNORE
+
 from repo import ROOT
 
 ANSIBLE = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "ansible-playbook"
@@ -45,7 +45,7 @@ def test_validate_on_its_own_changes_nothing(tmp_path, double):
 
 
 def test_check_accepts_a_staged_directory_and_refuses_others(stager, hub_root, tmp_path):
-    import synthetic_model  # noqa: PLC0415
+    import synthetic_model
     rev = synthetic_model.load_revision(hub_root, "test-org/tiny")
     staged = Path(stager.ok(stager.spec(rev))["path"])
     current = staged.parent / "current"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from model_kit import ALLOW, IGNORE, OTHER_TOKEN, TOKEN
 
 import bad_inputs
-from model_kit import ALLOW, IGNORE, OTHER_TOKEN, TOKEN
 from repo import ROOT
 
 ANSIBLE = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "ansible-playbook"
@@ -54,7 +54,7 @@ def validate(tmp_path, double, models=None, hosts=("gpu1",), host_vars=None, **s
 
 
 def test_good_inputs_pass_and_report_the_resolved_revision(tmp_path, double, hub_root):
-    import synthetic_model  # noqa: PLC0415
+    import synthetic_model
     sha = synthetic_model.load_revision(hub_root, "test-org/tiny").sha
     rc, out = validate(tmp_path, double, sglang_model_hf_token=TOKEN)
     assert rc == 0, out[-3000:]
@@ -160,9 +160,9 @@ def test_an_unreachable_hub_names_the_endpoint_and_the_network_settings(tmp_path
 
 
 def test_a_local_source_that_is_missing_or_lacks_files(tmp_path, double, hub_root):
-    import shutil  # noqa: PLC0415
+    import shutil
 
-    import synthetic_model  # noqa: PLC0415
+    import synthetic_model
     rev = synthetic_model.load_revision(hub_root, "test-org/tiny")
     rc, out = validate(tmp_path, double, models=[model(source="local", local_dir=str(tmp_path / "nfs" / "tiny"))])
     assert rc != 0 and f"local_dir {tmp_path / 'nfs' / 'tiny'} does not exist on this host" in out, out[-2000:]

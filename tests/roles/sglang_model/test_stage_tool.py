@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from model_kit import FIGURES, FILTERS, HUB_VERSION, plan_for, size_of, tool_cli
 
 import synthetic_model
 import waiting
 from http_proxy import ForwardProxy
-from model_kit import FIGURES, FILTERS, HUB_VERSION, plan_for, size_of, tool_cli
 
 
 def revision(hub_root, repo="test-org/tiny", rev="main"):
@@ -109,7 +109,7 @@ def test_the_roles_plan_equals_the_real_clients(stager, hub_root, hub_python, do
     out = tool_cli(*args, "--ignore", "docs/*", "--ignore", "*.md", python=hub_python)
     assert out.returncode == 0, out.stderr
     client_plan = json.loads(out.stdout)
-    import urllib.request  # noqa: PLC0415
+    import urllib.request
     info = json.loads(urllib.request.urlopen(f"{double.url}/api/models/test-org/tiny/revision/main?blobs=true").read())
     role_plan = FILTERS.sglang_model_plan(info, ["*.json", "*.py", "*.safetensors", "*.model", "*.tiktoken",
                                                  "*.jinja", "*.txt"], ["docs/*", "*.md"])
@@ -268,7 +268,7 @@ def test_a_body_cut_mid_file_is_resumed_in_the_same_run(stager, hub_root, double
 
 def test_the_token_goes_to_the_hub_and_never_to_a_cdn_on_another_host(stager, hub_root, double, tmp_path):
     """The Hub redirects LFS files to a signed CDN URL on another host: fetched without the token."""
-    from model_kit import TOKEN  # noqa: PLC0415
+    from model_kit import TOKEN
     double.server.cdn_base = f"http://localhost:{double.port}"  # the same double under another host name
     rev = revision(hub_root, "test-org/gated")
     (tmp_path / "token").write_text(TOKEN)
@@ -282,7 +282,7 @@ def test_the_token_goes_to_the_hub_and_never_to_a_cdn_on_another_host(stager, hu
 
 def test_the_mover_follows_a_redirect_to_another_host_without_the_token(hub_root, double, tool_module, tmp_path):
     """Xet-backed files are fetched from the resolve URL, redirects followed (as the client does)."""
-    from model_kit import TOKEN  # noqa: PLC0415
+    from model_kit import TOKEN
     double.server.cdn_base = f"http://localhost:{double.port}"
     rev = revision(hub_root, "test-org/gated")
     entry = next(f for f in plan_for(rev)["files"] if f["sha256"])
@@ -364,7 +364,7 @@ def test_too_little_space_fails_before_the_first_byte_naming_both_numbers(stager
     ("test-org/gated", "other", "has no access to it (403 GatedRepo)"),
 ])
 def test_hub_refusals_name_the_cause_and_never_the_token(stager, hub_root, double, tmp_path, repo, token, expected):
-    from model_kit import OTHER_TOKEN  # noqa: PLC0415
+    from model_kit import OTHER_TOKEN
     rev = revision(hub_root, "test-org/gated")
     spec = stager.spec(rev, repo_id=repo)
     if token:
@@ -376,7 +376,7 @@ def test_hub_refusals_name_the_cause_and_never_the_token(stager, hub_root, doubl
 
 
 def test_the_authorized_token_reads_a_gated_repo(stager, hub_root, double, tmp_path):
-    from model_kit import TOKEN  # noqa: PLC0415
+    from model_kit import TOKEN
     rev = revision(hub_root, "test-org/gated")
     (tmp_path / "token").write_text(TOKEN + "\n")
     spec = stager.spec(rev)
@@ -502,8 +502,8 @@ def test_prune_keeps_current_and_the_newest_and_never_one_in_use(stager, hub_roo
 
 def test_a_fanout_copy_through_an_rsync_daemon_is_verified(stager, hub_root, tmp_path):
     """The copy a destination makes from a source's verified revision (molecule runs it between hosts)."""
-    import shutil  # noqa: PLC0415
-    import socket  # noqa: PLC0415
+    import shutil
+    import socket
     if shutil.which("rsync") is None:
         pytest.skip("rsync is not installed here (molecule/sglang_model copies between two hosts with it)")
     rev = revision(hub_root)

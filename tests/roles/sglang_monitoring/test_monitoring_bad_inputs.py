@@ -77,7 +77,8 @@ def run_batch(tmp_path, cases: dict[str, dict]) -> subprocess.CompletedProcess:
     inv = tmp_path / "inventory"
     inv.mkdir()
     (inv / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
-    hosts = {bad_inputs.alias(case): {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+    hosts = {bad_inputs.alias(case): {"ansible_connection": "local",
+                                      "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                                       "sglang_router_host": "127.0.0.1", "sglang_server_preflight_checks": False, **extra}
              for case, extra in cases.items()}
     names = {name: {} for name in hosts}

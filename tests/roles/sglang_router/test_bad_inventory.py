@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from repo import ROOT
+
 KEY = "test-only-inventory-key"
 
 

@@ -64,7 +64,8 @@ def cluster(tmp_path_factory):
         port = free_port()
         router_log = logs / "router.log"
         router = subprocess.Popen(
-            [sys.executable, str(ROOT / "roles" / "sglang_common" / "files" / "sglang_launch.py"), "--module", "sglang_router.launch_router", "--",
+            [sys.executable, str(ROOT / "roles" / "sglang_common" / "files" / "sglang_launch.py"),
+             "--module", "sglang_router.launch_router", "--",
              "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
              "--prometheus-port", str(free_port()), "--health-check-interval-secs", "1",
              "--worker-startup-timeout-secs", "5", "--worker-urls", *workers],

@@ -17,6 +17,7 @@ import pytest
 
 from simtruth import LAUNCHER as LAUNCH
 from simtruth import READY_TEXT, free_port, host_tools
+
 KEY = "key-5b1e-secret"
 HF = "hf_secret_token_9"
 
@@ -25,10 +26,10 @@ HF = "hf_secret_token_9"
 def server(tmp_path):
     """A stand-in server script that prints what SGLang would print, and more."""
     script = tmp_path / "server.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(textwrap.dedent("""
         import os, sys, time
         key = sys.argv[sys.argv.index("--api-key") + 1] if "--api-key" in sys.argv else None
-        print(f"server_args=ServerArgs(model_path='m', api_key={{key!r}})", flush=True)
+        print(f"server_args=ServerArgs(model_path='m', api_key={key!r})", flush=True)
         print("token in env:", os.environ.get("HF_TOKEN"), file=sys.stderr, flush=True)
         print("cmdline:", open("/proc/self/cmdline", "rb").read().replace(b"\\0", b" ").decode(), flush=True)
         print("launcher key left in env:", "SGLANG_LAUNCH_API_KEY" in os.environ, flush=True)

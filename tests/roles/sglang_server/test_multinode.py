@@ -66,7 +66,7 @@ def test_plan_gives_every_node_one_address_and_its_own_rank(n):
     ranks = [got[h]["node_rank"] for h in hv]
     assert ranks == list(range(n))  # inventory order
     assert sorted(ranks) == list(range(n)) and len(set(ranks)) == n
-    for host, plan in got.items():
+    for plan in got.values():
         assert plan["nnodes"] == n and plan["head"] == "gpu1" and plan["tp_per_node"] == 8
         assert plan["endpoint"] is (plan["node_rank"] == 0)
         assert plan["members"] == [{"host": f"gpu{i + 1}", "rank": i} for i in range(n)]

@@ -2,8 +2,8 @@
 
 Against real release trees, no containers: SGLang 0.5.9 and 0.5.10 unpacked from their PyPI sdists and
 0.5.17 from its wheel, in local venvs with what their ``sglang.srt.server_args`` imports
-(tests/harness/serverargs_release.py, cached): the command lines the role renders pass, and a flag or a value each release rejects fails,
-naming the flag and the release's own message. The cuDNN rule and the message parsing as units.
+(tests/harness/serverargs_release.py, cached): the command lines the role renders pass, and a flag or a
+value each release rejects fails, naming the flag and the release's own message. The cuDNN rule and the message parsing as units.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def reports(release, tmp_path_factory) -> dict:
     cases = {**GOOD, **{name: case for name, (case, *_) in BAD.items()}}
     if release[0] == "0.5.9":
         cases.update(cudnn_cases(tmp_path_factory.mktemp("cudnn")))
-    return dict(zip(cases, run_cases(release[1], list(cases.values()))))
+    return dict(zip(cases, run_cases(release[1], list(cases.values())), strict=True))
 
 
 def expected_checks(version: str) -> list[str]:

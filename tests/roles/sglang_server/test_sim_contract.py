@@ -29,10 +29,10 @@ import json
 import re
 import socket
 import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -316,7 +316,8 @@ def test_sse_framing_and_events(sim, entry):
     sim_events = [json.loads(e) for e in answer.events()[:-1]]
     # One event per chunk, as uvicorn writes each yielded event (the bench's reader relies on neither).
     assert len(real.chunks) == len(real_events) + 1 and len(answer.chunks) == len(sim_events) + 1
-    picks = {"first": (real_events[0], sim_events[0]), "middle": (real_events[len(real_events) // 2], sim_events[len(sim_events) // 2]),
+    picks = {"first": (real_events[0], sim_events[0]),
+             "middle": (real_events[len(real_events) // 2], sim_events[len(sim_events) // 2]),
              "last": (real_events[-1], sim_events[-1])}
     differences = [f"{where} event: {d}" for where, (r, s) in picks.items() for d in unexplained(shape_differences(r, s))]
     assert not differences, f"{entry['method']} {entry['path']}:\n" + "\n".join(differences)

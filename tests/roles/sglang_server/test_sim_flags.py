@@ -6,9 +6,9 @@ import json
 import subprocess
 from pathlib import Path
 
-import gen_sim_flags
 import requests
 
+import gen_sim_flags
 from simtruth import FLAGS_TABLE, REFERENCE_LAUNCH, clean_env, sim_command
 
 

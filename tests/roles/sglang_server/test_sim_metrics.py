@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import requests
 
-
 TYPES = {"Gauge": "gauge", "Counter": "counter", "Histogram": "histogram", "Summary": "summary",
          "GaugeHistogram": "gaugehistogram"}
 # The observers a unified server calls for every request or batch (scheduler.py, tokenizer_manager.py,

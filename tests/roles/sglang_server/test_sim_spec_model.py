@@ -35,9 +35,9 @@ def test_formulas_by_hand() -> None:
 
 def test_acceptance_falls_with_depth_and_rises_with_topk() -> None:
     q = MODEL.position_acceptance(6, 1, 7)
-    assert all(a > b for a, b in zip(q, q[1:]))
+    assert all(a > b for a, b in zip(q, q[1:], strict=False))
     widths = [MODEL.accept_length(3, k, 1 + 3 * k) for k in (1, 2, 4, 8)]
-    assert all(a < b for a, b in zip(widths, widths[1:]))
+    assert all(a < b for a, b in zip(widths, widths[1:], strict=False))
 
 
 def test_costs_grow_with_steps_draft_tokens_and_batch() -> None:

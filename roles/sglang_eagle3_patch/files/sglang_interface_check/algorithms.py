@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from .evaluator import Tri, tri_and, tri_or
 from .tree import CheckError, Tree, import_from_module
@@ -51,7 +51,7 @@ class Algorithms:
                 self.predicates[name] = members
         self.aliases = self._aliases()
 
-    def _predicate(self, name: str, busy: set[str]) -> Optional[frozenset[str]]:
+    def _predicate(self, name: str, busy: set[str]) -> frozenset[str] | None:
         if name in self.predicates:
             return self.predicates[name]
         func = self._methods.get(name)
@@ -70,7 +70,7 @@ class Algorithms:
                 result.add(member)
         return frozenset(result)
 
-    def _member_ref(self, node: ast.expr) -> Optional[str]:
+    def _member_ref(self, node: ast.expr) -> str | None:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id in ("SpeculativeAlgorithm", "cls") and node.attr in self.members:
                 return node.attr
@@ -172,7 +172,7 @@ class Algorithms:
         known = sorted(set(self.members) - {"NONE"} | set(self.aliases))
         raise CheckError(f"unknown speculative algorithm {name!r}; this SGLang knows: {', '.join(known)}")
 
-    def create_worker_classes(self, evaluator: "Evaluator") -> Optional[list[tuple[Path, str]]]:
+    def create_worker_classes(self, evaluator: Evaluator) -> list[tuple[Path, str]] | None:
         """Worker classes ``create_worker`` can return for the evaluator's algorithm."""
         func = self._methods.get("create_worker")
         if func is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import time
 from pathlib import Path
-from typing import Optional
 
 from .algorithms import Algorithms
 from .evaluator import Evaluator, flag_names
@@ -14,7 +13,7 @@ from .rules import CallSite, SpeculativeReach, collect_call_sites, model_method_
 from .tree import CheckError, Tree
 
 
-def check(sglang_dir: Path, model: str, algorithm: str, only_class: Optional[str] = None) -> dict:
+def check(sglang_dir: Path, model: str, algorithm: str, only_class: str | None = None) -> dict:
     """Run the whole analysis; return the report as a dict (``ok`` tells the verdict).
 
     The cyclic garbage collector is off meanwhile: the parsed modules are kept to the end and hold
@@ -30,7 +29,7 @@ def check(sglang_dir: Path, model: str, algorithm: str, only_class: Optional[str
             gc.enable()
 
 
-def _check(sglang_dir: Path, model: str, algorithm: str, only_class: Optional[str]) -> dict:
+def _check(sglang_dir: Path, model: str, algorithm: str, only_class: str | None) -> dict:
     started = time.monotonic()
     tree = Tree(sglang_dir)
     model_path, class_names = entry_classes(tree, model)
@@ -47,7 +46,7 @@ def _check(sglang_dir: Path, model: str, algorithm: str, only_class: Optional[st
     workers = algorithms.create_worker_classes(evaluator)
     spec_dir = tree.srt / "speculative"
     notes: list[str] = []
-    reach: Optional[set[tuple[Path, str]]] = None
+    reach: set[tuple[Path, str]] | None = None
     if workers is None:
         notes.append("SpeculativeAlgorithm.create_worker not found: every module in srt/speculative counts")
     else:
@@ -80,7 +79,8 @@ def _check(sglang_dir: Path, model: str, algorithm: str, only_class: Optional[st
     for name in class_names:
         info = resolver.resolve(model_path, name)
         if info is None:
-            raise CheckError(f"{tree.rel(model_path)}: EntryClass names {name}, which is neither defined nor imported from sglang")
+            raise CheckError(f"{tree.rel(model_path)}: EntryClass names {name}, "
+                             "which is neither defined nor imported from sglang")
         missing = {}
         provided = {}
         for method in sorted(required):

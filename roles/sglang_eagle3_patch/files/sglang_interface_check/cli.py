@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from . import __doc__ as PACKAGE_DOC
 from .analysis import check
@@ -37,7 +37,7 @@ def render_text(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m sglang_interface_check",
                                      description=PACKAGE_DOC.split("\n\n")[0])
     parser.add_argument("sglang_dir", type=Path, help="the sglang package directory (the one holding srt/)")

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING
 
 from .tree import Tree, match_lines
 from .walker import Guard, Walker, chain, is_model_name, leaf
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 
 # Three-valued logic: True, False or None (unknown).
-Tri = Optional[bool]
+Tri = bool | None
 
 DRAFT_WORKER_NAMES = frozenset({"is_draft_worker", "is_draft"})
 
@@ -78,12 +79,12 @@ class Evaluator:
         self.algorithms = algorithms
         self.algorithm = algorithm
         self.files = files
-        self._flags: dict[tuple[str, int, Optional[Path]], tuple[Tri, bool]] = {}
+        self._flags: dict[tuple[str, int, Path | None], tuple[Tri, bool]] = {}
         self._busy: set[str] = set()
         self._depth = 0
-        self._path: Optional[Path] = None
-        self._algorithm_files: Optional[list[Path]] = None
-        self._assignments: Optional[dict[str, list[Assignment]]] = None
+        self._path: Path | None = None
+        self._algorithm_files: list[Path] | None = None
+        self._assignments: dict[str, list[Assignment]] | None = None
         self._scanned: set[Path] = set()
 
     def evaluate(
@@ -91,7 +92,7 @@ class Evaluator:
         guards: Iterable[Guard],
         self_is_algorithm: bool = False,
         flags: bool = True,
-        path: Optional[Path] = None,
+        path: Path | None = None,
     ) -> tuple[Tri, bool]:
         """(value, mentions-speculation) of the conjunction of ``guards``.
 
@@ -152,7 +153,7 @@ class Evaluator:
             return self.flag(name, scope)
         return (None, False)
 
-    def _algorithm_names(self, node: ast.expr) -> Optional[set[str]]:
+    def _algorithm_names(self, node: ast.expr) -> set[str] | None:
         elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
         names = set()
         for elt in elts:
@@ -177,7 +178,7 @@ class Evaluator:
         pattern = _assignment_pattern(name)
         return any(name in self.tree.text(p) and pattern.search(self.tree.text(p)) for p in self._algorithm_files)
 
-    def flag(self, name: str, scope: Optional[Path] = None) -> tuple[Tri, bool]:
+    def flag(self, name: str, scope: Path | None = None) -> tuple[Tri, bool]:
         """A flag is possibly true when one of its truthy assignments is reachable.
 
         Attributes (``self.x``, ``cfg.x``) and parameters are looked up by name in every module,

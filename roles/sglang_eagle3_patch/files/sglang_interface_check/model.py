@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from .tree import CheckError, Tree, import_from_module
 from .walker import chain, target_names
@@ -26,14 +25,14 @@ class ClassInfo:
     name: str
     path: Path
     rel: str
-    resolver: "ClassResolver"
+    resolver: ClassResolver
     own: dict[str, ast.AST] = field(default_factory=dict)
-    bases: list["ClassInfo"] = field(default_factory=list)
+    bases: list[ClassInfo] = field(default_factory=list)
     external_bases: list[str] = field(default_factory=list)
     inner_names: dict[str, list[str]] = field(default_factory=dict)
     getattr_inner: list[str] = field(default_factory=list)
 
-    def provider(self, method: str, depth: int = 0) -> Optional["ClassInfo"]:
+    def provider(self, method: str, depth: int = 0) -> ClassInfo | None:
         """The class (here, a base, or a __getattr__ delegate) that defines ``method``."""
         if depth > 20:
             return None
@@ -50,7 +49,7 @@ class ClassInfo:
                     return found
         return None
 
-    def inner(self, attr: str) -> list["ClassInfo"]:
+    def inner(self, attr: str) -> list[ClassInfo]:
         """Classes assigned to ``self.<attr>`` in this class's or a base's ``__init__``."""
         found = [c for base in self.bases for c in base.inner(attr)]
         for name in self.inner_names.get(attr, []):
@@ -88,7 +87,7 @@ class ClassResolver:
         self._imports[path] = found
         return found
 
-    def resolve(self, path: Path, name: str) -> Optional[ClassInfo]:
+    def resolve(self, path: Path, name: str) -> ClassInfo | None:
         key = (path, name)
         if key in self._cache:
             return self._cache[key]
@@ -143,13 +142,13 @@ class ClassResolver:
         return info
 
 
-def _self_attr(node: ast.expr) -> Optional[str]:
+def _self_attr(node: ast.expr) -> str | None:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
         return node.attr
     return None
 
 
-def delegation_gap(cls: ClassInfo, method: str) -> Optional[str]:
+def delegation_gap(cls: ClassInfo, method: str) -> str | None:
     """When ``method`` forwards to ``self.<inner>.method`` (directly or through a local name
     bound to ``self.<inner>``) and the inner class does not define it."""
     provider = cls.provider(method)

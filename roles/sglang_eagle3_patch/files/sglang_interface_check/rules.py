@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING
 
 from .tree import Tree, import_from_module, match_lines
 from .walker import Guard, Walker
@@ -77,7 +78,7 @@ def collect_call_sites(tree: Tree, files: list[Path], interface: set[str]) -> li
     return sites
 
 
-def _hasattr_of(node: ast.expr) -> Optional[tuple[str, str]]:
+def _hasattr_of(node: ast.expr) -> tuple[str, str] | None:
     """(receiver source, attribute) for ``hasattr(receiver, "attr")``."""
     if (
         isinstance(node, ast.Call)
@@ -143,7 +144,7 @@ class SpeculativeReach:
     class itself is not followed: it names every worker and is evaluated on its own.
     """
 
-    def __init__(self, tree: Tree, evaluator: "Evaluator", skip: tuple[Path, str]) -> None:
+    def __init__(self, tree: Tree, evaluator: Evaluator, skip: tuple[Path, str]) -> None:
         self.tree = tree
         self.evaluator = evaluator
         self.spec_dir = tree.srt / "speculative"
@@ -167,7 +168,7 @@ class SpeculativeReach:
                         found[alias.asname or alias.name] = (module or "", alias.name)
         return found
 
-    def _target(self, module: str, name: str) -> Optional[tuple[Path, str]]:
+    def _target(self, module: str, name: str) -> tuple[Path, str] | None:
         """(file, definition) for ``from module import name`` when it lies in srt/speculative/."""
         as_module = self.tree.module_path(f"{module}.{name}")
         if as_module is not None and self.spec_dir in as_module.parents:
@@ -198,7 +199,9 @@ class SpeculativeReach:
             local_imports: dict[str, tuple[str, str]] = {}
             modules_used: dict[str, Path] = {}
 
-            def on_ref(ref: ast.AST, guards: tuple[Guard, ...], walker: Walker) -> None:
+            # This class's own state, bound now: the walker calls back within this iteration only.
+            def on_ref(ref: ast.AST, guards: tuple[Guard, ...], walker: Walker, path=path, name=name, imports=imports,
+                       definitions=definitions, local_imports=local_imports, modules_used=modules_used) -> None:
                 if isinstance(ref, ast.ImportFrom):
                     if self.evaluator.evaluate(guards, flags=False)[0] is False:
                         return
@@ -214,7 +217,7 @@ class SpeculativeReach:
                 if not isinstance(ref, ast.Name):
                     return
                 ident = ref.id
-                target: Optional[tuple[Path, str]] = None
+                target: tuple[Path, str] | None = None
                 if ident in local_imports or ident in imports:
                     target = self._target(*(local_imports.get(ident) or imports[ident]))
                 elif ident in definitions and ident != name:

@@ -10,8 +10,6 @@ import ast
 import bisect
 import re
 from pathlib import Path
-from typing import Optional
-
 
 TOP_LEVEL_DEF = re.compile(r"(?:async[ \t]+)?def[ \t]|class[ \t]")
 
@@ -89,7 +87,7 @@ class Tree:
         # By the path's parts: `models not in p.parents` built every parent of 2,000 paths (0.12 s).
         return sorted(p for p in self.srt.rglob("*.py") if p.parts[models] != "models")
 
-    def module_path(self, dotted: str) -> Optional[Path]:
+    def module_path(self, dotted: str) -> Path | None:
         """File of an absolute ``sglang.…`` module name, if it is part of this tree."""
         parts = dotted.split(".")
         if not parts or parts[0] != "sglang":
@@ -120,7 +118,7 @@ class Tree:
         return "unknown"
 
 
-def import_from_module(tree: Tree, path: Path, node: ast.ImportFrom) -> Optional[str]:
+def import_from_module(tree: Tree, path: Path, node: ast.ImportFrom) -> str | None:
     if node.level == 0:
         return node.module
     package = tree.dotted(path).split(".")
@@ -130,7 +128,7 @@ def import_from_module(tree: Tree, path: Path, node: ast.ImportFrom) -> Optional
     return ".".join(package + ([node.module] if node.module else []))
 
 
-def match_lines(text: str, pattern: re.Pattern, keep: Optional[set[str]] = None) -> list[int]:
+def match_lines(text: str, pattern: re.Pattern, keep: set[str] | None = None) -> list[int]:
     """Sorted line numbers (1-based) where ``pattern`` matches (and its group 1 is in ``keep``)."""
     lines: list[int] = []
     line, position = 1, 0

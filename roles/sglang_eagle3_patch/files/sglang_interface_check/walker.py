@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ast
 import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Guard:
     alt_raises: bool
 
 
-def exits(stmts: list[ast.stmt]) -> Optional[str]:
+def exits(stmts: list[ast.stmt]) -> str | None:
     """'raise' or 'return' when a block always leaves by that statement, else None."""
     if not stmts:
         return None
@@ -71,7 +71,7 @@ def is_model_name(name: str) -> bool:
     return name == "model" or name.endswith("_model")
 
 
-def model_receiver_role(node: ast.expr) -> Optional[str]:
+def model_receiver_role(node: ast.expr) -> str | None:
     """'target', 'draft' or 'neutral' when ``node`` denotes a model, else None (rules 2 and 3)."""
     if not isinstance(node, (ast.Name, ast.Attribute)):
         return None
@@ -107,7 +107,7 @@ class Walker:
     top-level definition being walked and ``walker.classes`` the enclosing classes.
     """
 
-    def __init__(self, call=None, assign=None, ref=None, lines: Optional[list[int]] = None) -> None:
+    def __init__(self, call=None, assign=None, ref=None, lines: list[int] | None = None) -> None:
         self.on_call = call
         self.on_assign = assign
         self.on_ref = ref

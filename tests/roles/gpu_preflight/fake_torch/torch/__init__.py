@@ -19,11 +19,11 @@ MODE = os.environ.get("FAKE_TORCH_MODE", "hang-init")
 float32 = bfloat16 = float16 = "dtype"
 
 
-class version:  # noqa: N801 (torch's own spelling)
+class version:  # torch's own spelling
     cuda = None
 
 
-class cuda:  # noqa: N801
+class cuda:
     @staticmethod
     def is_available():
         return False
