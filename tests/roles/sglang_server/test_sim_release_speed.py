@@ -12,8 +12,8 @@ import pytest
 
 from repo import load
 
-settings = load("roles/sglang_server/files/sglang_sim/settings.py")
-sglang_dir = load("roles/sglang_server/files/sglang_sim/sglang_dir.py")
+settings = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/settings.py")
+sglang_dir = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/sglang_dir.py")
 
 
 def make_release(root: Path, name: str, factor: str | None = None) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 from .sglang_dir import read_release_file, read_release_slowdown, release_of
 from .specmodel import SpecModel
 
-BANNER = "SGLang SIMULATOR (test double: not SGLang, no GPU, no model; roles/sglang_server/files/sglang_sim)"
+BANNER = "SGLang SIMULATOR (test double: not SGLang, no GPU, no model; test role sglang_simulator)"
 READY_TEXT = "The server is fired up and ready to roll!"
 
 
