@@ -253,7 +253,7 @@ class Proof:
         if self.args.rehearse:
             base["sglang_server_launch_module"] = "sglang_sim"
             base["sglang_server_launch_env"] = {
-                "PYTHONPATH": str(SIM_DIR), "SGLANG_SIM_SGLANG_DIR": "{{ sglang_build_release_info.sglang_dir }}",
+                "PYTHONPATH": str(SIM_DIR), "SGLANG_SIM_SGLANG_DIR": "auto",
                 "SGLANG_SIM_NOISE_PCT": "5.0", "SGLANG_SIM_START_NOISE_PCT": "0.5",
                 "SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DECODE_TOK_S": "400",
                 "SGLANG_SIM_ACCEPT_FIRST": "0.99", "SGLANG_SIM_ACCEPT_DECAY": "1"}

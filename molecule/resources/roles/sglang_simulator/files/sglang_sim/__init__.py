@@ -96,7 +96,8 @@ Settings come from the environment only, because the command line must be SGLang
   SGLANG_SIM_DRAFT_STEP_COST   0.08   c_d: one draft step, in decode steps of one request
   SGLANG_SIM_VERIFY_TOKEN_COST 0.03   c_v: one verified draft token of one request, same unit
   SGLANG_SIM_SPEC_MEMORY_LIMIT 0      M: largest topk x draft tokens that starts; 0: no limit
-  SGLANG_SIM_SGLANG_DIR        unset  an SGLang package dir (holding srt/) to inspect
+  SGLANG_SIM_SGLANG_DIR        unset  an SGLang package dir (holding srt/) to inspect; auto: the one the
+                                      running Python finds (not imported), as sglang_build's release entry does
 Per release (TEST ONLY): <release>/sim-slowdown-factor, a number > 0 in the release that holds the
   package of SGLANG_SIM_SGLANG_DIR (the parent of its venv, links resolved: what current pointed at
   when the simulator started), multiplies SLOWDOWN_FACTOR: a test writes 1.25 there to make that
