@@ -13,7 +13,11 @@ export PYTHONDONTWRITEBYTECODE := 1
 COLLECTIONS := ansible/posix community/general containers/podman
 # Molecule scenarios run by `make test`, in order.
 SCENARIOS ?= nvidia_cuda nvidia_cuda_preinstalled gpu_preflight sglang_build sglang_eagle3_patch sglang_model sglang_server sglang_bench multihost default
-HARNESS_ENV = TESTHOST_IMAGE="$$($(PYTHON) tests/harness/hostsetup.py --print-image)" \
+# TEST HARNESS: every Python the test targets start loads the test-speed hooks first
+# (tests/harness/startup/sitecustomize.py: zip_pycache and ansiballz_cache); the venv holds none of them.
+HARNESS_PYTHONPATH = PYTHONPATH="$(abspath tests/harness/startup)$${PYTHONPATH:+:$$PYTHONPATH}"
+HARNESS_ENV = $(HARNESS_PYTHONPATH) \
+              TESTHOST_IMAGE="$$($(PYTHON) tests/harness/hostsetup.py --print-image)" \
               SGLANG_SOURCES_DIR="$$($(PYTHON) tests/harness/sources.py)" \
               NVIDIA_MIRROR_DIR="$$($(PYTHON) tests/harness/mirror.py)" \
               MODEL_FIXTURES_DIR="$$($(PYTHON) tests/harness/synthetic_model.py fixtures)"
@@ -25,7 +29,7 @@ help:
 	@echo "make test   lint, then pytest and every molecule scenario ($(SCENARIOS)), two at a time"
 	@echo "make lint | pytest | molecule [SCENARIOS=...] | demo-clean | clean"
 
-$(VENV)/.stamp: requirements.txt tests/harness/zip_pycache.py tests/harness/ansiballz_cache.py
+$(VENV)/.stamp: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	# Bytecode for everything but the ~80 collections the ansible package bundles and this project does
 	# not use (half of pip's compile time; the recipes export PYTHONDONTWRITEBYTECODE).
@@ -33,15 +37,13 @@ $(VENV)/.stamp: requirements.txt tests/harness/zip_pycache.py tests/harness/ansi
 	site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
 	  $(BIN)/python -m compileall -q -j 0 -x '/site-packages/ansible_collections/' "$$site" >/dev/null && \
 	  $(BIN)/python -m compileall -q -j 0 $(addprefix "$$site"/ansible_collections/,$(COLLECTIONS)) >/dev/null
-	# TEST HARNESS: modules Ansible runs on this machine keep their bytecode (tests/harness/zip_pycache.py);
-	# within one `make test`, ansible-playbook runs share the module payloads and the parsed routing table
-	# (tests/harness/ansiballz_cache.py).
-	site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
-	  cp tests/harness/zip_pycache.py tests/harness/ansiballz_cache.py "$$site/" && \
-	  echo "import zip_pycache, ansiballz_cache" > "$$site/zip_pycache.pth"
 	touch $@
 
+# The venv holds the requirements only. Earlier versions also installed the test hooks into it (a .pth
+# that every interpreter start imported); a venv made then loses them here (the test targets load them
+# through HARNESS_PYTHONPATH).
 venv: $(VENV)/.stamp
+	@rm -f $(BIN)/../lib/python3*/site-packages/{zip_pycache.pth,zip_pycache.py,ansiballz_cache.py}
 
 # Podman, runc, containers.conf and the debootstrap test-host image (cached).
 hostsetup:
@@ -79,7 +81,7 @@ test: venv hostsetup mirror sources fixtures
 	$(HARNESS_ENV) $(BIN)/python tests/harness/run_tests.py --scenarios "$(SCENARIOS)"
 
 demo: venv hostsetup mirror sources fixtures
-	$(PYTHON) tests/harness/demo.py
+	$(HARNESS_PYTHONPATH) $(PYTHON) tests/harness/demo.py
 
 demo-clean:
 	$(PYTHON) tests/harness/demo.py --down

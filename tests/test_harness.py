@@ -199,6 +199,29 @@ def test_zip_pycache_reuses_code_by_source_text_and_only_from_a_private_director
     assert import_from("VALUE = 'third'\n", tmpdir) == "third" and len(list(cache.iterdir())) == 2
 
 
+def test_the_test_targets_load_the_speed_hooks_through_pythonpath_and_the_venv_holds_none(tmp_path):
+    """The Makefile's test targets put tests/harness/startup on PYTHONPATH: a Python started so loads
+    zip_pycache and ansiballz_cache, then the sitecustomize it hides (Debian's, say); without it, none
+    are loaded. The venv recipe writes no .pth (the operators' controller imports nothing of the tests)."""
+    shadowed = tmp_path / "other"
+    shadowed.mkdir()
+    (shadowed / "sitecustomize.py").write_text("import builtins\nbuiltins.SHADOWED_RAN = True\n")
+    probe = ("import builtins, sys, zipimport; print(zipimport._compile_source.__module__, "
+             "'ansiballz_cache' in sys.modules, getattr(builtins, 'SHADOWED_RAN', False), "
+             "any(p.endswith('tests/harness') for p in sys.path))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with_hooks = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                                env=dict(env, PYTHONPATH=f"{ROOT / 'tests' / 'harness' / 'startup'}:{shadowed}"))
+    assert with_hooks.stdout.split() == ["zip_pycache", "True", "True", "False"], with_hooks.stderr
+    bare = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, check=True)
+    assert bare.stdout.split()[:2] == ["zipimport", "False"], bare.stderr
+    recipe = subprocess.run(["make", "-n", "-B", "-C", str(ROOT), f"VENV={tmp_path / 'venv'}", "venv"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "pip install" in recipe, recipe
+    writes = [line for line in recipe.splitlines() if ">" in line.replace(">/dev/null", "") or "cp " in line]
+    assert writes == [], f"the venv recipe writes more than the requirements: {writes}"
+
+
 def test_ansiballz_cache_shares_a_modules_payload_between_runs_and_searches_again_when_a_module_util_changes(tmp_path):
     """tests/harness/ansiballz_cache.py (loaded by the venv's .pth, active under `make test`): the first
     ansible-playbook run stores what Ansible's module_utils search found; the next run uses it (shown by

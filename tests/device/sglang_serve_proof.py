@@ -25,9 +25,11 @@ always ends and its results are packed (after every phase, into --pack):
    serves; sessions of the same settings give the run-to-run noise across restarts;
 6. noise.json: the coefficient of variation of tok/s within each session and across sessions.
 
---rehearse runs the same steps on a machine without a GPU with the role's simulator standing for
-SGLang (sglang_server_simulate; run it inside a mount namespace with /etc, /opt and /var overlaid:
-the role writes /etc/sglang, /etc/systemd/system and /opt/sglang).
+--rehearse runs the same steps on a machine without a GPU with the labelled simulator standing for
+SGLang (the test role sglang_simulator's package, copied to /opt/sglang-sim and run through the
+server role's sglang_server_launch_module and sglang_server_launch_env; run it inside a mount
+namespace with /etc, /opt and /var overlaid: the role writes /etc/sglang, /etc/systemd/system and
+/opt/sglang).
 
 Usage: python3 tests/device/sglang_serve_proof.py WORK --parts DIR... --ansible DIR --pack FILE
 """
@@ -59,6 +61,8 @@ ENV_FILE = Path(f"/etc/sglang/{SERVICE}.env")
 INSTALL_ROOT = Path("/opt/sglang")
 RELEASE = INSTALL_ROOT / "releases" / "sglang-0.5.17-proof"
 MODELS = Path("/opt/sglang-proof-models")
+SIM_PACKAGE = ROOT / "molecule/resources/roles/sglang_simulator/files/sglang_sim"
+SIM_DIR = Path("/opt/sglang-sim")  # --rehearse: the package's directory, as the test role installs it
 HOST, PORT = "127.0.0.1", 30000
 URL = f"http://{HOST}:{PORT}"
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -194,6 +198,9 @@ class Proof:
                  "    out['capability'] = torch.cuda.get_device_capability(0)\n"
                  "    import sgl_kernel, os\n    out['sgl_kernel_file'] = sgl_kernel.common_ops.__file__\n"
                  "print(json.dumps(out))\n")
+        if self.args.rehearse:
+            shutil.copytree(SIM_PACKAGE, SIM_DIR / SIM_PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__"),
+                            dirs_exist_ok=True)
         if not self.args.rehearse:
             rc, out, wall = self.run("versions", [str(venv / "bin" / "python"), "-c", probe], 180,
                                      log=facts / "versions.log")
@@ -242,11 +249,14 @@ class Proof:
             "sglang_server_cuda_graph_max_bs": 8,
             "sglang_server_attention_backend": "triton",
             "sglang_server_extra_args": self.extra_args,
-            "sglang_server_simulate": bool(self.args.rehearse),
         }
         if self.args.rehearse:
-            base["sglang_server_simulator_env"] = {"SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DECODE_TOK_S": "400",
-                                                   "SGLANG_SIM_ACCEPT_FIRST": "0.99", "SGLANG_SIM_ACCEPT_DECAY": "1"}
+            base["sglang_server_launch_module"] = "sglang_sim"
+            base["sglang_server_launch_env"] = {
+                "PYTHONPATH": str(SIM_DIR), "SGLANG_SIM_SGLANG_DIR": "auto",
+                "SGLANG_SIM_NOISE_PCT": "5.0", "SGLANG_SIM_START_NOISE_PCT": "0.5",
+                "SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DECODE_TOK_S": "400",
+                "SGLANG_SIM_ACCEPT_FIRST": "0.99", "SGLANG_SIM_ACCEPT_DECAY": "1"}
         base.update(overrides)
         return base
 
@@ -545,6 +555,8 @@ class Proof:
             out.write(f"$ {shlex.join(cmd)}\n".encode())
             out.flush()
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            if self.args.rehearse:
+                env["PYTHONPATH"] = str(SIM_DIR)
             procs.append((name, subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                                  cwd="/tmp"), out, time.monotonic()))
         return procs

@@ -4,7 +4,8 @@ The simulated GPU host is a podman container running systemd (a real host in eve
 respect but its GPUs, which the test mirror's driver package declares: a TEST
 DOUBLE). The NVIDIA repository is the local signed test mirror and SGLang's sources
 are local git repositories made from its PyPI sdists, both served inside the host.
-With no GPU, the server runs the labelled SGLang simulator (roles/sglang_server/files/sglang_sim/).
+With no GPU, the server runs the labelled SGLang simulator, which the test role sglang_simulator
+(molecule/resources/roles/) installs before site.yml runs.
 Everything else the playbooks do to the host is real.
 
 Usage: python3 tests/harness/demo.py [--recreate] [--down]
@@ -29,6 +30,7 @@ from steps import StepFailed, guarded, run
 ROOT = Path(__file__).resolve().parents[2]
 
 HOST = "sglang-demo-gpu1"
+SIMULATOR_PLAY = "molecule/resources/simulator.yml"
 
 
 def log(msg: str) -> None:
@@ -102,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
 
     env = dict(os.environ, NVIDIA_MIRROR_DIR=str(mirror_dir), MODEL_FIXTURES_DIR=str(fixtures_dir),
                ANSIBLE_FORCE_COLOR="1")
-    log("ansible-playbook -i inventory/demo site.yml")
+    # One run: the labelled simulator installed on the host (test role sglang_simulator), then site.yml.
+    log(f"ansible-playbook -i inventory/demo {SIMULATOR_PLAY} site.yml")
     started = time.monotonic()
-    rc = subprocess.run(["ansible-playbook", "-i", "inventory/demo", "site.yml"], cwd=ROOT, env=env).returncode
+    rc = subprocess.run(["ansible-playbook", "-i", "inventory/demo", SIMULATOR_PLAY, "site.yml"], cwd=ROOT,
+                        env=env).returncode
     if rc != 0:
         log(f"site.yml failed (rc {rc})")
         return rc
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = ROOT / "bench-results" / HOST / "report.md"
     if bench.exists():
-        print(f"\n== Benchmark report (SIMULATED server: roles/sglang_server/files/sglang_sim; {bench.relative_to(ROOT)}) ==")
+        print(f"\n== Benchmark report (SIMULATED server: test role sglang_simulator; {bench.relative_to(ROOT)}) ==")
         text = bench.read_text()
         print(text.split("## History")[0].strip())
         print(f"\nhistory and plot: {bench.parent.relative_to(ROOT)}/ (report.md, history.png)")

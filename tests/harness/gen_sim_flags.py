@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generate roles/sglang_server/files/sglang_sim/flags.json: the flag table of `sglang.launch_server`.
+"""Generate molecule/resources/roles/sglang_simulator/files/sglang_sim/flags.json: the flag table of `sglang.launch_server`.
 
-Why: the simulator (roles/sglang_server/files/sglang_sim/) must accept exactly the flags a real SGLang
+Why: the simulator (molecule/resources/roles/sglang_simulator/files/sglang_sim/) must accept exactly the flags a real SGLang
 release accepts and reject the rest, without SGLang installed (it runs on bare test
 hosts).  Copying the flags by hand would drift; so this script reads SGLang's own
 `ServerArgs.add_cli_args()` out of the release's source distribution with `ast`
@@ -40,7 +40,7 @@ from typing import Any
 from repo import ROOT
 
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
-DEFAULT_OUT = ROOT / "roles" / "sglang_server" / "files" / "sglang_sim" / "flags.json"
+DEFAULT_OUT = ROOT / "molecule" / "resources" / "roles" / "sglang_simulator" / "files" / "sglang_sim" / "flags.json"
 
 # argparse `type=` callables used by SGLang, by the name the simulator knows them by.
 TYPE_NAMES = {

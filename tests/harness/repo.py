@@ -2,7 +2,7 @@
 
 ``ROOT`` is the repository root; ``role_file()`` names a file a role ships; ``load()``
 imports a standalone script (a role's ``files/*.py``, a filter plugin, a module), a package a
-role ships (``files/sglang_sim/``) or one module of it, by its path, without touching
+role ships (the test role sglang_simulator's ``files/sglang_sim/``) or one module of it, by its path, without touching
 ``sys.path``.
 """
 

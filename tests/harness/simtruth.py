@@ -1,5 +1,5 @@
 """The SGLang SIMULATOR (TEST ONLY) for tests and scripts: how to start it, and what its timing
-model says a benchmark must measure (roles/sglang_server/files/sglang_sim/, engine.py).
+model says a benchmark must measure (molecule/resources/roles/sglang_simulator/files/sglang_sim/, engine.py).
 
 For a batch of `batch` requests that run together for their whole life, each of N tokens:
   step     = SLOWDOWN_FACTOR / DECODE_TOK_S * (1 + BATCH_SLOWDOWN * (batch - 1))
@@ -12,9 +12,10 @@ The simulator keeps each request's token total within 1 token of steps * A, so t
 systematic gap is the last verify step, which may be cut short by max_tokens.
 
 The simulator is a package run by module: ``sim_command()`` is ``python -m sglang_sim`` with
-``sim_path_env()`` putting the role's files/ on PYTHONPATH; ``host_tools()`` lays out a directory
-as the role lays out the host's tools directory (the launcher next to the package), for running
-it exactly as the unit does: ``sglang_launch.py --module sglang_sim -- ARGS``.
+``sim_path_env()`` putting the test role's files/ on PYTHONPATH; ``host_tools()`` lays out a directory
+as a simulated host is laid out (the server's launcher in its tools directory, the package in the
+test role's own directory on PYTHONPATH), for running it exactly as the unit does:
+``sglang_launch.py --module sglang_sim -- ARGS``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from repo import ROOT
 
-SIM_FILES = ROOT / "roles" / "sglang_server" / "files"  # holds the package sglang_sim/
+SIM_FILES = ROOT / "molecule" / "resources" / "roles" / "sglang_simulator" / "files"  # holds the package sglang_sim/
 SIM_PACKAGE = SIM_FILES / "sglang_sim"
 FLAGS_TABLE = SIM_PACKAGE / "flags.json"
 LAUNCHER = ROOT / "roles" / "sglang_common" / "files" / "sglang_launch.py"
@@ -64,13 +65,16 @@ def clean_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def host_tools(dest: Path) -> Path:
-    """``dest`` laid out like the host's tools directory: sglang_launch.py and the package sglang_sim/."""
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(LAUNCHER, dest / LAUNCHER.name)
-    shutil.copytree(SIM_PACKAGE, dest / SIM_PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__"),
+def host_tools(dest: Path) -> tuple[Path, dict[str, str]]:
+    """``dest`` laid out like a simulated host: sglang_launch.py in ``dest/bin`` (the server's tools
+    directory), the package in ``dest/sglang-sim/sglang_sim`` (the test role's directory). Returns the
+    tools directory and the PYTHONPATH the unit gives the launch module (sglang_server_launch_env)."""
+    tools, sim_dir = dest / "bin", dest / "sglang-sim"
+    tools.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(LAUNCHER, tools / LAUNCHER.name)
+    shutil.copytree(SIM_PACKAGE, sim_dir / SIM_PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__"),
                     dirs_exist_ok=True)
-    return dest
+    return tools, {"PYTHONPATH": str(sim_dir)}
 
 
 @dataclass(frozen=True)

@@ -455,7 +455,7 @@ def orchestrate(args: argparse.Namespace) -> dict:
     if cuda:
         if not glob.glob("/dev/nvidia[0-9]*"):
             report["reason"] = ("no GPU device nodes (/dev/nvidia[0-9]*) on this host: nothing to measure "
-                                "(a CI or container host, or the nvidia-smi test double)")
+                                "(a CI or container host)")
             return report
         smi = shutil.which(args.nvidia_smi) if "/" not in args.nvidia_smi else args.nvidia_smi
         if smi and os.access(smi, os.X_OK):

@@ -116,7 +116,7 @@ def assemble(raw: dict) -> dict:
         rec = {"index": g["index"], "bus_id": bdf, "na": na, "upstream": upstream if where.get("present") else None,
                "sources": {"nvidia_smi_q": bool(s), "lspci": bool(d), "sysfs": bool(where.get("present"))}}
         if not where.get("present"):
-            na["upstream"] = "not in /sys/bus/pci/devices (a container, or nvidia-smi's test double)"
+            na["upstream"] = "not in /sys/bus/pci/devices (a container, or GPUs this kernel does not list)"
         elif not upstream:
             rec["upstream_note"] = "on the root bus: no bridge between the GPU and the host bridge (a virtual machine)"
 

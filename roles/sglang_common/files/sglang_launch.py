@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     target = ap.add_mutually_exclusive_group(required=True)
     target.add_argument("--module", help="module to run as __main__, e.g. sglang.launch_server")
-    target.add_argument("--script", help="script to run as __main__ (the TEST ONLY simulator)")
+    target.add_argument("--script", help="script to run as __main__")
     args = ap.parse_args(own)
     for arg in server_args:
         if arg == "--api-key" or arg.startswith("--api-key="):

@@ -50,9 +50,9 @@ author: sglang-ansible
 """
 
 EXAMPLES = r"""
-- name: Install the simulator package
+- name: Install a package of the role's files
   sglang_common_files:
-    dest: /opt/sglang/bin/sglang_sim
+    dest: /opt/sglang/bin/sglang_interface_check
     files: "{{ package_files | sglang_common_file_payloads }}"
 """
 

@@ -17,7 +17,7 @@ testinfra_hosts = [f"podman://{NAME}"]
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "bench-results" / NAME
 KEY = "test-only-key-bench-41c2"
-# The simulator's truth (roles/sglang_server/files/sglang_sim): one request of N tokens takes
+# The simulator's truth (molecule/resources/roles/sglang_simulator/files/sglang_sim): one request of N tokens takes
 # TTFT + (N - 1) / ACCEPT / DECODE seconds; here N=64, TTFT 0.15 s, ACCEPT 2.4, DECODE 40.
 TRUTH_TOK_S = 64 / (0.150 + 63 / 2.4 / 40)
 
@@ -203,8 +203,8 @@ def test_tune_finds_the_models_optimum_skips_what_cannot_start_and_the_bench_gat
     run = tune_dirs()[-1]
     # The model's optimum over the same grid, from its formulas: inside the grid on all three axes.
     settings = yaml.safe_load((VARS / "tune.yml").read_text())
-    env = settings["sglang_server_simulator_env"]
-    specmodel = load("roles/sglang_server/files/sglang_sim/specmodel.py")
+    env = settings["sglang_simulator_env"]
+    specmodel = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/specmodel.py")
     model = specmodel.SpecModel(float(env["SGLANG_SIM_ACCEPT_FIRST"]), float(env["SGLANG_SIM_ACCEPT_DECAY"]),
                                 float(env["SGLANG_SIM_DRAFT_STEP_COST"]), float(env["SGLANG_SIM_VERIFY_TOKEN_COST"]),
                                 float(env["SGLANG_SIM_SPEC_MEMORY_LIMIT"]))

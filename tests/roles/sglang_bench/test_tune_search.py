@@ -1,6 +1,6 @@
 """The EAGLE-3 tuner (roles/sglang_bench/files/sglang_tune.py): SGLang's rules on the candidates,
 the search against the full grid on the simulator's model (its optimum computed from the model's
-formulas, roles/sglang_server/files/sglang_sim/specmodel.py; these measurements are noise-free, so
+formulas, molecule/resources/roles/sglang_simulator/files/sglang_sim/specmodel.py; these measurements are noise-free, so
 deterministic: tests/roles/sglang_bench/test_tune_noise.py has the noisy ones), and a whole run
 through the tool's commands with results shaped like the benchmark client's, a candidate out of
 memory included.
@@ -22,7 +22,7 @@ import yaml
 from repo import ROOT, load
 
 tune = load("roles/sglang_bench/files/sglang_tune.py", "sglang_tune")
-specmodel = load("roles/sglang_server/files/sglang_sim/specmodel.py")
+specmodel = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/specmodel.py")
 TOOL = ROOT / "roles" / "sglang_bench" / "files" / "sglang_tune.py"
 
 # The role's default grid and the inventory's starting settings (3/1/4).

@@ -119,12 +119,14 @@ def get(url, key=None):
 
 def test_the_simulator_package_runs_under_the_launcher_as_the_unit_starts_it(tmp_path):
     """ExecStart of a simulated host: <tools>/sglang_launch.py --module sglang_sim -- ARGS, with the
-    package copied whole next to the launcher and nothing else on the path."""
-    tools = host_tools(tmp_path / "bin")
+    package copied whole into its own directory, that directory alone on PYTHONPATH (as
+    sglang_server_launch_env puts it)."""
+    tools, path_env = host_tools(tmp_path / "host")
     port = free_port()
     log = tmp_path / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_") and k != "PYTHONPATH"}
-    env.update(SGLANG_LAUNCH_API_KEY=KEY, HF_TOKEN=HF, SGLANG_SIM_LOAD_SECONDS="0", PYTHONDONTWRITEBYTECODE="1")
+    env.update(SGLANG_LAUNCH_API_KEY=KEY, HF_TOKEN=HF, SGLANG_SIM_LOAD_SECONDS="0", PYTHONDONTWRITEBYTECODE="1",
+               **path_env)
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, str(tools / "sglang_launch.py"), "--module", "sglang_sim", "--",
                                  "--model-path", "m", "--speculative-algorithm", "EAGLE3", "--host", "127.0.0.1",

@@ -307,6 +307,28 @@ def test_rendered_unit_of_a_single_node_has_no_multinode_flags(tmp_path):
     assert not {"--nnodes", "--node-rank", "--dist-init-addr"} & set(args)
     assert "infiniband" not in unit and "NCCL_SOCKET_IFNAME" not in (out / "gpu1.env").read_text()
     assert json.loads((out / "gpu1.json").read_text())["endpoint"]["serves_http"] is True
+    # SGLang's own server by default, and the description names no other module.
+    assert "/sglang_launch.py --module sglang.launch_server -- \\\n" in unit and " - module " not in unit
+
+
+def test_rendered_unit_runs_the_launch_module_with_its_environment(tmp_path):
+    """sglang_server_launch_module and sglang_server_launch_env: the module ExecStart's launcher runs,
+    named in the description, and its environment written after sglang_server_env."""
+    out = tmp_path / "out"
+    out.mkdir()
+    launch = {"sglang_server_launch_module": "site_wrapper.launch",
+              "sglang_server_launch_env": '{"PYTHONPATH":"/opt/site","SITE_WRAPPER_TRACE":"1"}'}
+    write_inventory(tmp_path / "hosts.ini", [("gpu1", {})], launch, group="solo")
+    play = tmp_path / "render.yml"
+    play.write_text(RENDER_PLAY.format(group="solo", tp=8, role=ROLE, out=out))
+    proc = ansible_playbook(tmp_path / "hosts.ini", play)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    unit = (out / "gpu1.service").read_text()
+    assert "/sglang_launch.py --module site_wrapper.launch -- \\\n" in unit
+    assert unit.split("\nDescription=", 1)[1].splitlines()[0].endswith(" - module site_wrapper.launch")
+    assert unit_args(unit)[:2] == ["--model-path", "/srv/models/target/0123456789abcdef0123456789abcdef01234567"]
+    env = (out / "gpu1.env").read_text().splitlines()
+    assert env.index('SGLANG_ENABLE_SPEC_V2="1"') < env.index('PYTHONPATH="/opt/site"') < env.index('SITE_WRAPPER_TRACE="1"')
 
 
 BAD_INVENTORIES = [

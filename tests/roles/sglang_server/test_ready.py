@@ -1,7 +1,7 @@
 """files/sglang_ready.py against the simulator: 'still starting' versus 'ready'.
 
 The simulator starts as the unit starts it: the launcher with --module sglang_sim, from a
-directory laid out like the host's tools directory.
+directory laid out like a simulated host (tools directory, the package on PYTHONPATH).
 
 The unit-death path against real systemd is covered by the molecule scenario sglang_server
 (rollback test); here the unit's states as ``systemctl show`` reports them decide.
@@ -32,8 +32,8 @@ def ready(port: int, seconds: float) -> tuple[int, dict]:
 
 def test_starting_then_ready(tmp_path):
     port = free_port()
-    tools = host_tools(tmp_path / "bin")
-    env = dict(os.environ, SGLANG_SIM_LOAD_SECONDS="2", PYTHONDONTWRITEBYTECODE="1")
+    tools, path_env = host_tools(tmp_path / "host")
+    env = dict(os.environ, SGLANG_SIM_LOAD_SECONDS="2", PYTHONDONTWRITEBYTECODE="1", **path_env)
     sim = subprocess.Popen([sys.executable, str(tools / "sglang_launch.py"), "--module", "sglang_sim", "--",
                             "--model-path", "m", "--port", str(port)], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

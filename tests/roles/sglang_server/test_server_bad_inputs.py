@@ -27,6 +27,10 @@ CASES = [
     ("api-key-in-extra-args", {"sglang_server_extra_args": ["--api-key", "leak"]}, "sglang_server_extra_args"),
     ("readiness-step-above-timeout", {"sglang_server_readiness_timeout": 60, "sglang_server_readiness_step": 120},
      "sglang_server_readiness_timeout"),
+    ("launch-module-not-a-module", {"sglang_server_launch_module": "sglang.launch_server; true"},
+     "sglang_server_launch_module (sglang.launch_server; true) must be a dotted Python module name"),
+    ("launch-env-carries-a-secret", {"sglang_server_launch_env": {"HF_TOKEN": "hf_leak"}},
+     "the names of sglang_server_launch_env (HF_TOKEN)"),
 ]
 
 

@@ -11,9 +11,9 @@ import pytest
 from repo import load
 from simtruth import FLAGS_TABLE, REFERENCE_LAUNCH, sim_env
 
-engine = load("roles/sglang_server/files/sglang_sim/engine.py")
-flags = load("roles/sglang_server/files/sglang_sim/flags.py")
-settings = load("roles/sglang_server/files/sglang_sim/settings.py")
+engine = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/engine.py")
+flags = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/flags.py")
+settings = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/settings.py")
 
 TABLE = json.loads(FLAGS_TABLE.read_text(encoding="utf-8"))
 

@@ -1,4 +1,4 @@
-"""The SIMULATOR's run-to-run noise (TEST ONLY; roles/sglang_server/files/sglang_sim): each speculative
+"""The SIMULATOR's run-to-run noise (TEST ONLY; molecule/resources/roles/sglang_simulator/files/sglang_sim): each speculative
 request's accept length drawn around the configured one (SGLANG_SIM_NOISE_PCT), a speed factor per
 start (SGLANG_SIM_START_NOISE_PCT), seeded by SGLANG_SIM_SEED and a nonce per start; off unless set
 (the server role sets 5% and 0.5%: roles/sglang_server/defaults/main.yml)."""
@@ -12,8 +12,8 @@ import pytest
 
 from repo import load
 
-settings = load("roles/sglang_server/files/sglang_sim/settings.py")
-engine = load("roles/sglang_server/files/sglang_sim/engine.py")
+settings = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/settings.py")
+engine = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/engine.py")
 
 SPEC = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
         "speculative_num_draft_tokens": 4}

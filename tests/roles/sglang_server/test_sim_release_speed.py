@@ -12,8 +12,8 @@ import pytest
 
 from repo import load
 
-settings = load("roles/sglang_server/files/sglang_sim/settings.py")
-sglang_dir = load("roles/sglang_server/files/sglang_sim/sglang_dir.py")
+settings = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/settings.py")
+sglang_dir = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/sglang_dir.py")
 
 
 def make_release(root: Path, name: str, factor: str | None = None) -> Path:
@@ -88,3 +88,23 @@ def test_a_running_simulator_reports_the_release_factor(start_sim, tmp_path: Pat
     bad = start_sim(env={"SGLANG_SIM_SGLANG_DIR": str(package)}, wait=None)
     assert bad.wait_exit() == 2
     assert "sim-slowdown-factor holds 'slow', not a number" in bad.stderr()
+
+
+def test_auto_finds_the_package_of_the_running_python_through_current(tmp_path: Path, monkeypatch) -> None:
+    """SGLANG_SIM_SGLANG_DIR=auto (what the test inventory sets): the sglang package the simulator's own
+    Python finds, as the unit runs it from <root>/current/venv; so the release current points at counts."""
+    import importlib
+    import sys
+
+    slow = make_release(tmp_path, "r2-slow", "1.25")
+    site = package_through_current(tmp_path, slow).parent
+    (site / "sglang" / "__init__.py").write_text("")
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    monkeypatch.delitem(sys.modules, "sglang", raising=False)
+    importlib.invalidate_caches()
+    found = settings.SimSettings.from_env({"SGLANG_SIM_SGLANG_DIR": "auto", "SGLANG_SIM_SLOWDOWN_FACTOR": "2"})
+    assert found.sglang_dir == site / "sglang"
+    assert found.release_slowdown_factor == 1.25 and found.slowdown_factor == 2.5
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(site)])
+    importlib.invalidate_caches()
+    assert settings.SimSettings.from_env({"SGLANG_SIM_SGLANG_DIR": "auto"}).sglang_dir is None

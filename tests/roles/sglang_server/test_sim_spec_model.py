@@ -10,9 +10,9 @@ import pytest
 
 from repo import load
 
-specmodel = load("roles/sglang_server/files/sglang_sim/specmodel.py")
-engine = load("roles/sglang_server/files/sglang_sim/engine.py")
-settings = load("roles/sglang_server/files/sglang_sim/settings.py")
+specmodel = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/specmodel.py")
+engine = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/engine.py")
+settings = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/settings.py")
 
 MODEL = specmodel.SpecModel(accept_first=0.8, accept_decay=0.9, draft_step_cost=0.06, verify_token_cost=0.02,
                             memory_limit=64)

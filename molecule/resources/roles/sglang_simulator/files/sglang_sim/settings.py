@@ -14,10 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .sglang_dir import read_release_file, read_release_slowdown, release_of
+from .sglang_dir import (
+    installed_sglang_dir,
+    read_release_file,
+    read_release_slowdown,
+    release_of,
+)
 from .specmodel import SpecModel
 
-BANNER = "SGLang SIMULATOR (test double: not SGLang, no GPU, no model; roles/sglang_server/files/sglang_sim)"
+BANNER = "SGLang SIMULATOR (test double: not SGLang, no GPU, no model; test role sglang_simulator)"
 READY_TEXT = "The server is fired up and ready to roll!"
 
 
@@ -87,6 +92,8 @@ class SimSettings:
                 known = [f"{f}:N" for f in cls.FAULTS_WITH_COUNT] + list(cls.FAULTS_PLAIN)
                 raise SimConfigError(f"SGLANG_SIM_FAULT item {item!r} unknown; known: {', '.join(known)}")
         sglang_dir = env.get("SGLANG_SIM_SGLANG_DIR") or None
+        if sglang_dir == "auto":  # the package of the Python running the simulator: a host's release venv
+            sglang_dir = installed_sglang_dir()
         if sglang_dir is not None and not (Path(sglang_dir) / "srt").is_dir():
             raise SimConfigError(f"SGLANG_SIM_SGLANG_DIR={sglang_dir!r} holds no srt/ directory")
         # TEST ONLY: a release made slower (or faster) by a file a test writes into it; it multiplies

@@ -11,7 +11,9 @@ writes to make one release slower than another (no real release has it).
 from __future__ import annotations
 
 import ast
+import importlib.util
 import math
+import os
 import re
 from pathlib import Path
 
@@ -27,6 +29,14 @@ TARGET_MODEL_CALLS = (
     ("get_embed_and_head", "srt/speculative/eagle_worker.py", "__init__",
      "self.target_worker.model_runner.model.get_embed_and_head()"),
 )
+
+
+def installed_sglang_dir() -> str | None:
+    """The sglang package the running Python would import (found, not imported), or None: on a host,
+    the serving release's, since the unit runs its venv's Python (as role sglang_build's release
+    entry point asks that Python)."""
+    spec = importlib.util.find_spec("sglang")
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
 
 
 def missing_target_method(kimi_file: Path) -> str | None:

@@ -14,8 +14,8 @@ Standard library only (python3 >= 3.11).
 
 Run it as SGLang is run, by module: ``python3 -m sglang_sim --model-path ... [SGLang flags]`` with
 the directory holding this package on ``sys.path`` (on a host: the unit's launcher,
-``sglang_launch.py --module sglang_sim``, whose own directory is the tools directory this package
-is copied into, whole).  Where the parts are:
+``sglang_launch.py --module sglang_sim``, with PYTHONPATH naming the directory the test role
+sglang_simulator copies this package into, whole).  Where the parts are:
   settings.py    what the simulator is told (SGLANG_SIM_* environment, faults) and its label
   flags.py       SGLang's command line, rebuilt from flags.json (argparse, ServerArgs defaults)
   sglang_dir.py  what it reads from a real SGLang package (version, the Kimi-K2.5 EAGLE-3 methods)
@@ -51,7 +51,7 @@ Timing model (the "truth" the benchmark tests measure against):
              that E[k] = ACCEPT_LENGTH) and steered so that a request's running total stays
              within 1 token of steps * its accept length (seeded per request by SEED): ACCEPT_LENGTH,
              or with NOISE_PCT ACCEPT_LENGTH * (1 + N(0, NOISE_PCT %)) per request.
-  noise    run-to-run noise, off unless set (role sglang_server sets it: 5% per request, 0.5% per
+  noise    run-to-run noise, off unless set (the test inventory sets it: 5% per request, 0.5% per
              start): NOISE_PCT spreads each speculative request's accept length (so its tok/s,
              by a little less: the prefill does not spread); START_NOISE_PCT draws one speed factor
              per start, 1 + N(0, START_NOISE_PCT %), that divides step and prefill times.  The
@@ -96,7 +96,8 @@ Settings come from the environment only, because the command line must be SGLang
   SGLANG_SIM_DRAFT_STEP_COST   0.08   c_d: one draft step, in decode steps of one request
   SGLANG_SIM_VERIFY_TOKEN_COST 0.03   c_v: one verified draft token of one request, same unit
   SGLANG_SIM_SPEC_MEMORY_LIMIT 0      M: largest topk x draft tokens that starts; 0: no limit
-  SGLANG_SIM_SGLANG_DIR        unset  an SGLang package dir (holding srt/) to inspect
+  SGLANG_SIM_SGLANG_DIR        unset  an SGLang package dir (holding srt/) to inspect; auto: the one the
+                                      running Python finds (not imported), as sglang_build's release entry does
 Per release (TEST ONLY): <release>/sim-slowdown-factor, a number > 0 in the release that holds the
   package of SGLANG_SIM_SGLANG_DIR (the parent of its venv, links resolved: what current pointed at
   when the simulator started), multiplies SLOWDOWN_FACTOR: a test writes 1.25 there to make that
