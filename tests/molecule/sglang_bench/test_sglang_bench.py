@@ -114,8 +114,8 @@ def test_ab_mode_measures_baseline_and_eagle3_and_reports_the_speedup():
 def test_the_lossless_check_fails_a_broken_draft_path_and_the_server_serves_as_configured(host):
     """SGLANG_SIM_SPEC_CORRUPTION (TEST ONLY): the speculative server's draft/verify path lets wrong
     tokens through; the start without speculation answers right: the check fails the host."""
-    env = yaml.safe_load((VARS / "server.yml").read_text())["sglang_server_simulator_env"]
-    broken = json.dumps({"sglang_server_simulator_env": {**env, "SGLANG_SIM_SPEC_CORRUPTION": "1"}})
+    env = yaml.safe_load((VARS / "server.yml").read_text())["sglang_simulator_env"]
+    broken = json.dumps({"sglang_simulator_env": {**env, "SGLANG_SIM_SPEC_CORRUPTION": "1"}})
     proc = bench_playbook("-e", "sglang_bench_mode=ab", "-e", "sglang_bench_gate=false", "-e", "sglang_bench_lossless=true",
                           "-e", broken)
     out = proc.stdout + proc.stderr
