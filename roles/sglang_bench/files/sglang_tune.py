@@ -11,7 +11,9 @@ A point is (speculative_num_steps, speculative_eagle_topk, speculative_num_draft
 SGLang's rules applied before anything restarts:
   - topk 1: the draft tokens are steps + 1 (SGLang replaces any other value, server_args.py);
   - topk > 1: 2 <= draft tokens <= 1 + topk + (steps - 1) * topk^2, the candidates of the draft tree
-    SGLang selects the verified tokens among (more cannot be selected).
+    SGLang selects the verified tokens among (more cannot be selected);
+  - given the settings' `launch` (the server's launch check, release, GPU and model): no point its facts
+    refuse, such as topk > 1 on an MLA model where the attention backend has no tree attention.
 
 The search: coordinate descent from the settings the server runs. Along one parameter at a time it
 tries the next value of that parameter's list and moves there when the candidate is significantly
@@ -145,6 +147,55 @@ def as_vars(point: Point) -> dict[str, int]:
     return dict(zip(AXES, point))
 
 
+class LaunchRule:
+    """The server's launch check (roles/sglang_eagle3_patch/files/sglang_launch_check.py and its facts file,
+    the one place SGLang's per-release rules live) asked about each point before the search may choose it:
+    the settings `launch` give its path, the release, the GPU's compute capability, the GPU count, the model
+    module and the server's other settings (its attention backend among them). A point the check fails
+    (topk > 1 where the release's attention backend for this model has no tree attention) is no candidate;
+    the server role runs the same check before every restart."""
+
+    KEYS = ("check", "sglang_version", "arch", "gpu_count", "model", "args")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        path = Path(str(raw["check"]))
+        if not path.is_file():
+            raise TuneError(f"launch: the launch check {path} does not exist")
+        spec = importlib.util.spec_from_file_location("sglang_launch_check_for_tune", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        self.module = module
+        self.facts = json.loads(path.with_name("sglang_launch_facts.json").read_text(encoding="utf-8"))
+        self.version, self.arch = str(raw["sglang_version"]), str(raw["arch"])
+        self.gpu_count, self.model = int(raw.get("gpu_count") or 1), raw.get("model") or None
+        self.args = dict(raw.get("args") or {})
+        self._seen: dict[Point, str | None] = {}
+
+    @classmethod
+    def from_settings(cls, raw: Any) -> "LaunchRule | None":
+        if not raw:
+            return None
+        if not isinstance(raw, dict) or any(raw.get(k) in (None, "") for k in ("check", "sglang_version", "arch")):
+            raise TuneError(f"launch must give {', '.join(cls.KEYS)} (the server's launch check and what it needs), "
+                            f"got {raw!r}")
+        try:
+            return cls(raw)
+        except (OSError, ValueError, TypeError) as exc:
+            raise TuneError(f"launch: the launch check cannot be used: {exc}") from None
+
+    def refusal(self, point: Point) -> str | None:
+        if point not in self._seen:
+            steps, topk, draft = point
+            args = dict(self.args, speculative_num_steps=steps, speculative_eagle_topk=topk,
+                        speculative_num_draft_tokens=draft)
+            report = self.module.check(self.facts, self.version, self.arch, self.gpu_count, args, self.model)
+            self._seen[point] = "; ".join(
+                f"{f['id']} (sglang {self.version}, compute capability {self.arch}, attention backend "
+                f"{'/'.join(report['attention_backends']) or 'unknown'}): {f['fix']}" for f in report["failures"]
+            ) or None
+        return self._seen[point]
+
+
 @dataclass
 class Config:
     axes: dict[str, list[int]]
@@ -159,6 +210,7 @@ class Config:
     restart_minutes: float
     run_minutes: float
     budget_minutes: float
+    launch: "LaunchRule | None" = None
 
     @classmethod
     def from_settings(cls, raw: dict[str, Any], require_start: bool = True) -> "Config":
@@ -212,7 +264,10 @@ class Config:
         if restart <= 0 or measure <= 0:
             raise TuneError(f"{VAR}restart_minutes and {VAR}measure_minutes must be positive, got {restart} and {measure}")
         config = cls(axes, start, objective, weight, concurrency, min_gain / 100.0, confidence, runs,
-                     bool(raw.get("baseline", False)), restart, measure / runs, budget)
+                     bool(raw.get("baseline", False)), restart, measure / runs, budget,
+                     LaunchRule.from_settings(raw.get("launch")))
+        if start_raw and config.launch and (why := config.launch.refusal(start)):
+            raise TuneError(f"{VAR}start is not a setting this server can start with: {why}")
         if config.max_candidates() < 1:
             raise TuneError(f"{VAR}budget_minutes ({budget:g}) is too small for one candidate: one takes "
                             f"{config.candidate_minutes:g} min ({VAR}restart_minutes + {VAR}measure_minutes), plus "
@@ -271,14 +326,19 @@ class Config:
         looks = math.floor((self.budget_minutes - self.fixed_minutes()) / (self.runs * self.run_minutes) + 1e-9)
         return 1 + (1 if self.baseline else 0) + max(0, looks) + CONFIRM_LOOKS
 
+    def why_not(self, point: Point) -> str | None:
+        """Why the point cannot serve: SGLang's rules on the three settings, then the launch facts of this
+        server (its release, GPU, model and attention backend), or None."""
+        return rejection(point) or (self.launch.refusal(point) if self.launch else None)
+
     def grid(self) -> list[Point]:
         """Every distinct point of the axes that SGLang accepts (topk 1 rows collapse to steps + 1)."""
         points = {canonical(p) for p in itertools.product(*(self.axes[a] for a in AXES))}
-        return sorted(p for p in points if rejection(p) is None)
+        return sorted(p for p in points if self.why_not(p) is None)
 
     def rejected(self) -> list[tuple[Point, str]]:
         points = {canonical(p) for p in itertools.product(*(self.axes[a] for a in AXES))}
-        return sorted((p, why) for p in points if (why := rejection(p)) is not None)
+        return sorted((p, why) for p in points if (why := self.why_not(p)) is not None)
 
 
 def _nearest_valid(steps: int, topk: int, target: float, drafts: list[int]) -> Point | None:
@@ -537,7 +597,7 @@ class Search:
         if not last or last["candidate"] != cand or not last["looks"] or last["looks"][-1]["gain"] <= 0:
             return None
         for far in neighbours(cand, axis, direction, self.config.axes)[:1]:
-            if far not in visited and far not in self.samples and (yield from self.compare(far, self.best)):
+            if far not in visited and self.config.why_not(far) is None and far not in self.samples and (yield from self.compare(far, self.best)):
                 return far
         return None
 
@@ -565,7 +625,7 @@ class Search:
                     while True:
                         chosen = None
                         for cand in neighbours(self.best, axis, direction, config.axes):
-                            if cand in visited:  # left once for a significantly better point
+                            if cand in visited or config.why_not(cand):  # left once for a better point; refused
                                 continue
                             if (yield from self.compare(cand, self.best)):
                                 chosen = cand
@@ -956,6 +1016,10 @@ def plan(settings: dict[str, Any], state_path: Path, check: bool) -> dict[str, A
         # The search stops before the budget: at most the budget, the extra runs and the end included.
         "estimate_minutes": config.budget_minutes, "full_grid_minutes": len(grid) * config.candidate_minutes,
         "budget_minutes": config.budget_minutes,
+        "launch_rule": (f"checked against the launch facts for sglang {config.launch.version} on compute capability "
+                        f"{config.launch.arch} (model {config.launch.model or 'not given'})" if config.launch
+                        else "not checked here (no launch settings given): the server's pre-start check refuses a "
+                             "candidate SGLang cannot start, and the search records it as failed"),
     }
     if not check:
         state_path.parent.mkdir(parents=True, exist_ok=True)
