@@ -45,8 +45,12 @@ threshold on means moves on noise.
     CONFIRM_LOOKS per look, at most CONFIRM_LOOKS looks (Bonferroni). Whatever the search did, a
     winner no faster than the start serves in at most 1 - confidence of tunings; otherwise the start's
     settings stay ("no significant gain"). The report gives the gain with its interval.
-  The runs of one restart are taken as independent: a per-restart speed factor the runs do not show
-  (a start's own clocks or memory layout) is not in the tests; it must stay small beside min_gain_pct.
+  A start of the server has its own speed, which its runs do not show (docs/validation/sglang_serve-h200:
+  session means of equal settings moved by 0.8-13.7% between restarts). The served settings' test
+  (the winner's fresh runs on their own start against the start's) adds it as a known variance,
+  restart_cv_pct (sglang_bench_restart_cv_pct, the gate's figure) of each mean: no number of runs
+  reduces it, so a gain must stand out of it. The search's moves leave it out (two of its points are
+  two starts too): a move it makes on a lucky start costs restarts, never the served settings.
   The budget keeps what the end needs (a restart onto the winner, its fresh runs, a restart back to
   the start) and stops the search before a measurement that would not leave it.
 
@@ -172,7 +176,7 @@ class LaunchRule:
         self._seen: dict[Point, str | None] = {}
 
     @classmethod
-    def from_settings(cls, raw: Any) -> "LaunchRule | None":
+    def from_settings(cls, raw: Any) -> LaunchRule | None:
         if not raw:
             return None
         if not isinstance(raw, dict) or any(raw.get(k) in (None, "") for k in ("check", "sglang_version", "arch")):
@@ -210,7 +214,8 @@ class Config:
     restart_minutes: float
     run_minutes: float
     budget_minutes: float
-    launch: "LaunchRule | None" = None
+    launch: LaunchRule | None = None
+    restart_cv: float = 0.0
 
     @classmethod
     def from_settings(cls, raw: dict[str, Any], require_start: bool = True) -> "Config":
@@ -263,9 +268,12 @@ class Config:
         budget = float(raw.get("budget_minutes", 180))
         if restart <= 0 or measure <= 0:
             raise TuneError(f"{VAR}restart_minutes and {VAR}measure_minutes must be positive, got {restart} and {measure}")
+        restart_cv = float(raw.get("restart_cv_pct", 0.0))
+        if restart_cv < 0:
+            raise TuneError(f"sglang_bench_restart_cv_pct must not be negative, got {restart_cv}")
         config = cls(axes, start, objective, weight, concurrency, min_gain / 100.0, confidence, runs,
                      bool(raw.get("baseline", False)), restart, measure / runs, budget,
-                     LaunchRule.from_settings(raw.get("launch")))
+                     LaunchRule.from_settings(raw.get("launch")), restart_cv / 100.0)
         if start_raw and config.launch and (why := config.launch.refusal(start)):
             raise TuneError(f"{VAR}start is not a setting this server can start with: {why}")
         if config.max_candidates() < 1:
@@ -417,18 +425,21 @@ def objective_values(config: Config, sample: Sample | None, reference: Sample | 
             for s, c in zip(sample.single, sample.concurrent)]
 
 
-def one_sided(new: list[float], ref: list[float], alpha: float, confidence: float | None = None) -> dict[str, Any]:
+def one_sided(new: list[float], ref: list[float], alpha: float, confidence: float | None = None,
+              restart_cv: float = 0.0) -> dict[str, Any]:
     """Is `new` faster than `ref`? Welch's t-test (the gate's), one-sided at level alpha: p, the gain
     (new / ref - 1), its one-sided lower bound at 1 - alpha and, given a confidence, its two-sided
-    interval at that confidence."""
+    interval at that confidence. restart_cv: the two samples come from two starts of the server, each
+    with its own speed (the gate's known variance, sglang_bench_report.restart_var)."""
     ref_mean = statistics.fmean(ref)
-    res = gate.t_test(new, ref, ref_mean, 1.0 - 2.0 * alpha)  # two-sided at 1 - 2 alpha: the one-sided bound
+    extra = gate.restart_var(restart_cv, statistics.fmean(new), ref_mean, True)
+    res = gate.t_test(new, ref, ref_mean, 1.0 - 2.0 * alpha, extra)  # two-sided at 1 - 2 alpha: the one-sided bound
     p = res["p"] / 2.0 if res["diff"] > 0 else 1.0 - res["p"] / 2.0
     out = {"diff": res["diff"], "gain": res["diff"] / ref_mean, "p": p, "alpha": alpha,
            "lower_gain": res["ci"][0] / ref_mean, "n": len(new), "n_ref": len(ref), "mean": statistics.fmean(new),
-           "ref_mean": ref_mean}
+           "ref_mean": ref_mean, "extra_var": extra}
     if confidence is not None:
-        out["ci_gain"] = [c / ref_mean for c in gate.t_test(new, ref, ref_mean, confidence)["ci"]]
+        out["ci_gain"] = [c / ref_mean for c in gate.t_test(new, ref, ref_mean, confidence, extra)["ci"]]
     return out
 
 
@@ -665,7 +676,7 @@ class Search:
                 self.decision = f"{label_of(best)} failed on its fresh runs: {self.fresh.failed}"
                 return
             new = objective_values(config, self.fresh, self.samples[start])
-            self.final = one_sided(new, self.values(start), alpha, config.confidence)
+            self.final = one_sided(new, self.values(start), alpha, config.confidence, config.restart_cv)
             if self.final["p"] < alpha and self.final["gain"] > config.min_gain:
                 self.winner = best
                 break
@@ -673,9 +684,10 @@ class Search:
                 break
             ref = self.values(start)
             level = 1.0 - 2.0 * alpha
-            need = _fewest(len(new) + config.runs, config.max_runs, lambda n: gate.power(
-                self.final["diff"], statistics.variance(new), statistics.variance(ref), n, level,
-                n_ref=len(ref)) >= gate.POWER)
+            final, var_new, var_ref = self.final, statistics.variance(new), statistics.variance(ref)
+            need = _fewest(len(new) + config.runs, config.max_runs, lambda n, f=final, vn=var_new, vr=var_ref,
+                           lv=level, nr=len(ref): gate.power(f["diff"], vn, vr, n, lv, n_ref=nr,
+                                                              extra_var=f["extra_var"]) >= gate.POWER)
             if need is None:
                 break
             runs = need - len(new)
@@ -943,7 +955,8 @@ def render(state: State, result: dict[str, Any], plot: str | None) -> str:
         f"the best's rejects at {1 - config.confidence:.3g} per look (at most {LOOKS} looks per comparison) and the "
         f"gain is above {config.min_gain * 100:g}%; the winner serves only when fresh runs of it beat the start's "
         f"runs the same way, at {(1 - config.confidence) / CONFIRM_LOOKS:.3g} per look (at most {CONFIRM_LOOKS}: "
-        f"{1 - config.confidence:.3g} in all).",
+        f"{1 - config.confidence:.3g} in all), with {config.restart_cv * 100:g}% of each mean added as the two "
+        f"starts' own speed (sglang_bench_restart_cv_pct).",
         "",
         verdict,
     ]
