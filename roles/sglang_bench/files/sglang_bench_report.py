@@ -28,8 +28,9 @@ Sessions are restarts: a start of the server has its own speed (measured on real
 moved by a CV of 0.8% within one lease and 13.7% across three restarts, while each
 session's runs looked tight), which no number of runs in one session shows. So every
 comparison of two sessions adds a known variance, (CV x mean)^2 per session, the CV being
---restart-cv-pct or, when larger, what this host's history shows (the spread of the
-session means of one label and release beyond their runs' spread, from three sessions on).
+--restart-cv-pct or, with --restart-cv-from-history and when larger, what this host's
+history shows (the spread of the session means of one label, release and server settings
+beyond their runs' spread, from three sessions on; it takes those sessions as one speed).
 A configured baseline is a figure, not a start: one session's share. With that variance
 the runs needed may be "more sessions (restarts), not runs".
 
@@ -41,7 +42,7 @@ on unusable input (no results, a file that is not JSON, bad options).
 
 Usage: sglang_bench_report.py --results-dir bench-results --host gpu1 [--baseline-tok-s 96.1]
        [--max-drop-pct 5] [--gate-label eagle3] [--confidence 0.95] [--restart-cv-pct 2]
-       [--fail-inconclusive]
+       [--restart-cv-from-history] [--fail-inconclusive]
        [--no-plot]
 """
 
@@ -281,7 +282,8 @@ def history_restart_cv(results: list[dict], latest: str) -> dict | None:
     for r in results:
         values = run_values(r)
         if r["_session"] < latest and r.get("ok") and len(values) >= 2 and r["_release"] != "?":
-            groups[(r.get("label") or "", r["_release"], r.get("concurrency") or 1)].append(values)
+            server = json.dumps((r.get("environment") or {}).get("server") or {}, sort_keys=True)
+            groups[(r.get("label") or "", r["_release"], r.get("concurrency") or 1, server)].append(values)
     weighted, dof, sessions = 0.0, 0, 0
     for runs in groups.values():
         if len(runs) < HISTORY_MIN_SESSIONS:
@@ -298,15 +300,18 @@ def history_restart_cv(results: list[dict], latest: str) -> dict | None:
 
 
 def evaluate(results: list[dict], baseline: float | None, max_drop: float, gate_label: str,
-             confidence: float = 0.95, fail_inconclusive: bool = False, restart_cv: float = 0.0) -> dict:
+             confidence: float = 0.95, fail_inconclusive: bool = False, restart_cv: float = 0.0,
+             learn: bool = False) -> dict:
     """The newest session, its comparisons and the gate decision. restart_cv: the stated between-restart
-    CV of a session's mean (sglang_bench_restart_cv_pct / 100); the history's own estimate when larger."""
+    CV of a session's mean (sglang_bench_restart_cv_pct / 100); with learn, the history's own estimate
+    when larger (it assumes that sessions of one label, release and server settings ran at one speed:
+    a host whose speed was changed otherwise, as the tests' simulator slowdown does, inflates it)."""
     if not results:
         raise Unusable("no benchmark results")
     sessions = sorted({r["_session"] for r in results})
     latest = sessions[-1]
     newest = [r for r in results if r["_session"] == latest]
-    learned = history_restart_cv(results, latest)
+    learned = history_restart_cv(results, latest) if learn else None
     used_cv = max(restart_cv, learned["cv"]) if learned else restart_cv
     findings, failures, notes = [], [], []
     by_label: dict[str, list[dict]] = defaultdict(list)
@@ -355,7 +360,7 @@ def evaluate(results: list[dict], baseline: float | None, max_drop: float, gate_
                   significant=ab["verdict"] in ("faster", "slower"))
     return {"session": latest, "rows": findings, "failures": failures, "notes": notes, "speedup": speedup,
             "ab": ab, "sessions": sessions, "confidence": confidence,
-            "restart_cv": {"used": used_cv, "stated": restart_cv, "history": learned}}
+            "restart_cv": {"used": used_cv, "stated": restart_cv, "history": learned, "learn": learn}}
 
 
 def comparison_row(label: str, against: str, cmp: dict) -> str:
@@ -395,8 +400,9 @@ def restart_line(restart: dict) -> str:
     """What the comparisons allow for the restarts between sessions, and where the figure comes from."""
     learned = restart.get("history")
     seen = (f"this host's history shows {learned['cv'] * 100:.1f}% ({learned['sessions']} earlier sessions of one "
-            f"label and release)" if learned else
-            f"this host's history has no {HISTORY_MIN_SESSIONS} sessions of one label and release to estimate it from")
+            f"label, release and server settings)" if learned else
+            f"this host's history has no {HISTORY_MIN_SESSIONS} sessions of one label, release and server settings "
+            f"to estimate it from" if restart.get("learn") else "not estimated from the history (--restart-cv-from-history)")
     return (f"Between restarts: each session ran on its own start of the server, and a start's speed moves the "
             f"whole session, which its runs do not show; the comparisons add {restart['used'] * 100:.1f}% of each "
             f"session's mean as a known standard deviation (stated: {restart['stated'] * 100:.1f}%, "
@@ -507,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--restart-cv-pct", type=float, default=0.0,
                     help="between-restart CV of a session's mean tok/s, in percent: a known variance beside the "
                          "runs' in every comparison of two sessions (the history's estimate when larger)")
+    ap.add_argument("--restart-cv-from-history", action="store_true",
+                    help="use the history's own between-restart CV when larger (sessions of one label, release and "
+                         "server settings taken as one speed)")
     ap.add_argument("--fail-inconclusive", action="store_true",
                     help="fail the gate also on a drop beyond --max-drop-pct that the data cannot tell from noise")
     ap.add_argument("--no-plot", action="store_true")
@@ -527,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = load(host_dir)
         ev = evaluate(results, args.baseline_tok_s, args.max_drop_pct, args.gate_label, args.confidence,
-                      args.fail_inconclusive, args.restart_cv_pct / 100.0)
+                      args.fail_inconclusive, args.restart_cv_pct / 100.0, args.restart_cv_from_history)
     except Unusable as exc:
         print(f"sglang_bench_report: {exc}", file=sys.stderr)
         return 2
