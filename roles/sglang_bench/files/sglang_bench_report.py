@@ -23,6 +23,17 @@ t-test reaches 80% power (noncentral t distribution, the observed run-to-run sta
 deviations, n runs in each session). A session with fewer than two runs cannot be tested
 (``untested``); the threshold on the means decides there, as it always did.
 
+Sessions are restarts: a start of the server has its own speed (measured on real SGLang
+0.5.17 on an H200, docs/validation/sglang_serve-h200: session means of the same settings
+moved by a CV of 0.8% within one lease and 13.7% across three restarts, while each
+session's runs looked tight), which no number of runs in one session shows. So every
+comparison of two sessions adds a known variance, (CV x mean)^2 per session, the CV being
+--restart-cv-pct or, with --restart-cv-from-history and when larger, what this host's
+history shows (the spread of the session means of one label, release and server settings
+beyond their runs' spread, from three sessions on; it takes those sessions as one speed).
+A configured baseline is a figure, not a start: one session's share. With that variance
+the runs needed may be "more sessions (restarts), not runs".
+
 Exit status 1 when the gate fails: a label's newest session is ``slower`` than the previous
 session of that label, or than --baseline-tok-s (for --gate-label), by more than
 --max-drop-pct; with --fail-inconclusive also an ``inconclusive`` drop of more than
@@ -30,7 +41,8 @@ session of that label, or than --baseline-tok-s (for --gate-label), by more than
 on unusable input (no results, a file that is not JSON, bad options).
 
 Usage: sglang_bench_report.py --results-dir bench-results --host gpu1 [--baseline-tok-s 96.1]
-       [--max-drop-pct 5] [--gate-label eagle3] [--confidence 0.95] [--fail-inconclusive]
+       [--max-drop-pct 5] [--gate-label eagle3] [--confidence 0.95] [--restart-cv-pct 2]
+       [--restart-cv-from-history] [--fail-inconclusive]
        [--no-plot]
 """
 
@@ -107,24 +119,25 @@ def _nct_sf():
     return _ufuncs._nct_sf
 
 
-def t_test(new: list[float], ref: list[float] | None, ref_mean: float, confidence: float) -> dict:
+def t_test(new: list[float], ref: list[float] | None, ref_mean: float, confidence: float,
+           extra_var: float = 0.0) -> dict:
     """Difference of means (new - reference), its confidence interval, the test and its p-value.
 
     ``ref`` None: the reference is the constant ``ref_mean`` (one-sample t-test); otherwise
     Welch's t-test of the two samples (Welch-Satterthwaite degrees of freedom). A sample
-    without spread (all runs equal) is exact.
+    without spread (all runs equal) is exact. ``extra_var``: a known variance of the difference
+    beyond the runs' (the restarts' speed factors, restart_var): added to the standard error's
+    square, with no degrees of freedom of its own (Satterthwaite over the estimated parts).
     """
     diff = statistics.fmean(new) - ref_mean
     var_new, var_ref = statistics.variance(new), statistics.variance(ref) if ref is not None else 0.0
-    if var_new + var_ref == 0:
+    if var_new + var_ref + extra_var == 0:
         return {"diff": diff, "ci": (diff, diff), "p": 1.0 if diff == 0 else 0.0, "df": None}
     a = var_new / len(new)
-    if ref is None:
-        se, df = math.sqrt(a), len(new) - 1.0
-    else:
-        b = var_ref / len(ref)
-        se = math.sqrt(a + b)
-        df = (a + b) ** 2 / (a ** 2 / (len(new) - 1) + b ** 2 / (len(ref) - 1))
+    b = var_ref / len(ref) if ref is not None else 0.0
+    se = math.sqrt(a + b + extra_var)
+    parts = a ** 2 / (len(new) - 1) + (b ** 2 / (len(ref) - 1) if ref is not None else 0.0)
+    df = (a + b + extra_var) ** 2 / parts if parts > 0 else math.inf
     cdf, ppf = _t_dist()
     half = float(ppf(df, 0.5 + confidence / 2)) * se
     p = 2 * float(cdf(df, -abs(diff) / se))
@@ -132,17 +145,17 @@ def t_test(new: list[float], ref: list[float] | None, ref_mean: float, confidenc
 
 
 def power(diff: float, var_new: float, var_ref: float | None, n: int, confidence: float,
-          n_ref: int | None = None) -> float:
+          n_ref: int | None = None, extra_var: float = 0.0) -> float:
     """Power of the two-sided t-test (Welch's, or one-sample when var_ref is None) with n runs
     in the new session (and n_ref in the reference, n unless given) to detect a true difference
-    ``diff``, given the run-to-run variances (sglang_tune.py sizes unequal samples with it)."""
+    ``diff``, given the run-to-run variances and the restarts' ``extra_var`` (which no number of
+    runs reduces; sglang_tune.py sizes unequal samples with it)."""
     n_ref = n if n_ref is None else n_ref
-    if var_ref is None:
-        se2, df = var_new / n, n - 1.0
-    else:
-        a, b = var_new / n, var_ref / n_ref
-        se2 = a + b
-        df = se2 ** 2 / (a ** 2 / (n - 1) + b ** 2 / (n_ref - 1)) if se2 > 0 else n - 1.0
+    a = var_new / n
+    b = 0.0 if var_ref is None else var_ref / n_ref
+    se2 = a + b + extra_var
+    parts = a ** 2 / (n - 1) + (0.0 if var_ref is None else b ** 2 / (n_ref - 1))
+    df = se2 ** 2 / parts if parts > 0 else max(n - 1.0, 1.0)
     if se2 == 0:
         return 1.0 if diff else 0.0
     ncp = abs(diff) / math.sqrt(se2)
@@ -155,32 +168,43 @@ def power(diff: float, var_new: float, var_ref: float | None, n: int, confidence
 
 
 def runs_needed(diff: float, var_new: float, var_ref: float | None, confidence: float,
-                target: float = POWER) -> int | None:
+                target: float = POWER, extra_var: float = 0.0) -> int | None:
     """Smallest runs per session (2..MAX_RUNS) at which the test resolves ``diff`` with power
-    ``target``; None when no difference was observed or more than MAX_RUNS would be needed."""
-    if diff == 0 or power(diff, var_new, var_ref, MAX_RUNS, confidence) < target:
+    ``target``; None when no difference was observed or more than MAX_RUNS would be needed
+    (always, when the restarts' extra_var alone hides the difference)."""
+    if diff == 0 or power(diff, var_new, var_ref, MAX_RUNS, confidence, extra_var=extra_var) < target:
         return None
-    if power(diff, var_new, var_ref, 2, confidence) >= target:
+    if power(diff, var_new, var_ref, 2, confidence, extra_var=extra_var) >= target:
         return 2
     low, high = 2, MAX_RUNS  # power(low) < target <= power(high); power grows with n
     while high - low > 1:
         mid = (low + high) // 2
-        if power(diff, var_new, var_ref, mid, confidence) >= target:
+        if power(diff, var_new, var_ref, mid, confidence, extra_var=extra_var) >= target:
             high = mid
         else:
             low = mid
     return high
 
 
-def compare(new: list[float], ref: list[float] | None, ref_mean: float, confidence: float) -> dict:
-    """One comparison of the newest runs with a reference (earlier runs, or a configured mean)."""
+def restart_var(restart_cv: float, new_mean: float, ref_mean: float, ref_is_a_session: bool) -> float:
+    """The variance the restarts add to a difference of means: each session ran on its own start of the
+    server, and a start's speed factor (CV restart_cv) moves the whole session's mean; a configured
+    baseline is a figure, not a start (its own factor, if any, is in the figure)."""
+    return (restart_cv * new_mean) ** 2 + ((restart_cv * ref_mean) ** 2 if ref_is_a_session else 0.0)
+
+
+def compare(new: list[float], ref: list[float] | None, ref_mean: float, confidence: float,
+            restart_cv: float = 0.0) -> dict:
+    """One comparison of the newest runs with a reference (earlier runs, or a configured mean), with
+    restart_cv, the sessions' between-restart CV, as a known variance beside the runs'."""
     out = {"test": None, "confidence": confidence, "mean": statistics.fmean(new) if new else None,
            "n": len(new), "reference_mean": ref_mean, "reference_n": len(ref) if ref is not None else None,
            "diff": None, "diff_pct": None, "ci": None, "ci_pct": None, "p": None, "df": None,
-           "verdict": "untested", "runs_needed": None, "runs_needed_text": "-"}
+           "restart_cv": restart_cv, "verdict": "untested", "runs_needed": None, "runs_needed_text": "-"}
     if len(new) < 2 or (ref is not None and len(ref) < 2):
         return out  # no spread to test against: the threshold on the means decides
-    res = t_test(new, ref, ref_mean, confidence)
+    extra = restart_var(restart_cv, statistics.fmean(new), ref_mean, ref is not None)
+    res = t_test(new, ref, ref_mean, confidence, extra)
     out["test"] = TWO_SAMPLE_TEST if ref is not None else ONE_SAMPLE_TEST
     out.update(diff=res["diff"], p=res["p"], df=res["df"], ci=list(res["ci"]),
                diff_pct=res["diff"] / ref_mean * 100.0, ci_pct=[c / ref_mean * 100.0 for c in res["ci"]])
@@ -189,9 +213,12 @@ def compare(new: list[float], ref: list[float] | None, ref_mean: float, confiden
     else:
         out["verdict"] = "inconclusive"
         needed = runs_needed(res["diff"], statistics.variance(new),
-                             statistics.variance(ref) if ref is not None else None, confidence)
+                             statistics.variance(ref) if ref is not None else None, confidence, extra_var=extra)
         out["runs_needed"] = needed
-        out["runs_needed_text"] = str(needed) if needed is not None else ("-" if res["diff"] == 0 else f">{MAX_RUNS}")
+        hidden = extra > 0 and power(res["diff"], 0.0, 0.0 if ref is not None else None, MAX_RUNS, confidence,
+                                     extra_var=extra) < POWER
+        out["runs_needed_text"] = (str(needed) if needed is not None else "-" if res["diff"] == 0
+                                   else "more sessions (restarts), not runs" if hidden else f">{MAX_RUNS}")
     return out
 
 
@@ -240,14 +267,52 @@ def judge(label: str, cmp: dict, against: str, max_drop: float, fail_inconclusiv
         notes.append(f"{what}; a real drop, but within the {max_drop:.1f}% the gate allows")
 
 
+# Sessions of one label and release (before the newest) from which the history estimates the
+# between-restart spread.
+HISTORY_MIN_SESSIONS = 3
+
+
+def history_restart_cv(results: list[dict], latest: str) -> dict | None:
+    """The between-restart CV this host's own history shows: the spread of the session means of one label
+    and release (the same settings, each session on its own start) beyond what their runs' spread
+    explains (a one-way random-effects estimate: variance of the relative means less the mean of
+    their squared standard errors), pooled over the groups with at least HISTORY_MIN_SESSIONS
+    sessions; None without such a group. The newest session is left out: it is under test."""
+    groups: dict[tuple, list[list[float]]] = defaultdict(list)
+    for r in results:
+        values = run_values(r)
+        if r["_session"] < latest and r.get("ok") and len(values) >= 2 and r["_release"] != "?":
+            server = json.dumps((r.get("environment") or {}).get("server") or {}, sort_keys=True)
+            groups[(r.get("label") or "", r["_release"], r.get("concurrency") or 1, server)].append(values)
+    weighted, dof, sessions = 0.0, 0, 0
+    for runs in groups.values():
+        if len(runs) < HISTORY_MIN_SESSIONS:
+            continue
+        grand = statistics.fmean(statistics.fmean(v) for v in runs)
+        rel_means = [statistics.fmean(v) / grand for v in runs]
+        within = statistics.fmean(statistics.variance(v) / len(v) / grand ** 2 for v in runs)
+        weighted += (len(runs) - 1) * max(0.0, statistics.variance(rel_means) - within)
+        dof += len(runs) - 1
+        sessions += len(runs)
+    if not dof:
+        return None
+    return {"cv": math.sqrt(weighted / dof), "sessions": sessions}
+
+
 def evaluate(results: list[dict], baseline: float | None, max_drop: float, gate_label: str,
-             confidence: float = 0.95, fail_inconclusive: bool = False) -> dict:
-    """The newest session, its comparisons and the gate decision."""
+             confidence: float = 0.95, fail_inconclusive: bool = False, restart_cv: float = 0.0,
+             learn: bool = False) -> dict:
+    """The newest session, its comparisons and the gate decision. restart_cv: the stated between-restart
+    CV of a session's mean (sglang_bench_restart_cv_pct / 100); with learn, the history's own estimate
+    when larger (it assumes that sessions of one label, release and server settings ran at one speed:
+    a host whose speed was changed otherwise, as the tests' simulator slowdown does, inflates it)."""
     if not results:
         raise Unusable("no benchmark results")
     sessions = sorted({r["_session"] for r in results})
     latest = sessions[-1]
     newest = [r for r in results if r["_session"] == latest]
+    learned = history_restart_cv(results, latest) if learn else None
+    used_cv = max(restart_cv, learned["cv"]) if learned else restart_cv
     findings, failures, notes = [], [], []
     by_label: dict[str, list[dict]] = defaultdict(list)
     for r in results:
@@ -266,7 +331,7 @@ def evaluate(results: list[dict], baseline: float | None, max_drop: float, gate_
             prev = earlier[-1]
             row["previous"] = prev["mean_tok_s"]
             row["vs_previous_pct"] = pct(r["mean_tok_s"], prev["mean_tok_s"])
-            cmp = compare(values, run_values(prev), prev["mean_tok_s"], confidence)
+            cmp = compare(values, run_values(prev), prev["mean_tok_s"], confidence, used_cv)
             cmp["mean"] = r["mean_tok_s"]  # the session's own figure (the same as the runs' mean)
             cmp.update(reference="previous session", reference_session=prev["_session"],
                        reference_release=prev["_release"])
@@ -275,7 +340,7 @@ def evaluate(results: list[dict], baseline: float | None, max_drop: float, gate_
                   max_drop, fail_inconclusive, failures, notes)
         if baseline and label == gate_label:
             row["vs_baseline_pct"] = pct(r["mean_tok_s"], baseline)
-            cmp = compare(values, None, baseline, confidence)
+            cmp = compare(values, None, baseline, confidence, used_cv)
             cmp["mean"] = r["mean_tok_s"]
             cmp.update(reference="configured baseline", reference_session=None, reference_release=None)
             row["vs_baseline"] = cmp
@@ -287,12 +352,15 @@ def evaluate(results: list[dict], baseline: float | None, max_drop: float, gate_
     if "baseline" in labels and "eagle3" in labels:
         speedup = labels["eagle3"]["mean"] / labels["baseline"]["mean"]
         docs = {r.get("label"): r for r in newest}
-        ab = compare(run_values(docs["eagle3"]), run_values(docs["baseline"]), labels["baseline"]["mean"], confidence)
+        # The A/B restarts the server between its two labels: two starts.
+        ab = compare(run_values(docs["eagle3"]), run_values(docs["baseline"]), labels["baseline"]["mean"], confidence,
+                     used_cv)
         ab.update(mean=labels["eagle3"]["mean"], reference="baseline (no speculation), same session",
                   reference_session=latest, reference_release=labels["baseline"]["release"], speedup=speedup,
                   significant=ab["verdict"] in ("faster", "slower"))
     return {"session": latest, "rows": findings, "failures": failures, "notes": notes, "speedup": speedup,
-            "ab": ab, "sessions": sessions, "confidence": confidence}
+            "ab": ab, "sessions": sessions, "confidence": confidence,
+            "restart_cv": {"used": used_cv, "stated": restart_cv, "history": learned, "learn": learn}}
 
 
 def comparison_row(label: str, against: str, cmp: dict) -> str:
@@ -328,6 +396,19 @@ def ab_line(ev: dict) -> str:
                    f"about {ab['runs_needed_text']} runs per label would resolve a difference of this size.")
 
 
+def restart_line(restart: dict) -> str:
+    """What the comparisons allow for the restarts between sessions, and where the figure comes from."""
+    learned = restart.get("history")
+    seen = (f"this host's history shows {learned['cv'] * 100:.1f}% ({learned['sessions']} earlier sessions of one "
+            f"label, release and server settings)" if learned else
+            f"this host's history has no {HISTORY_MIN_SESSIONS} sessions of one label, release and server settings "
+            f"to estimate it from" if restart.get("learn") else "not estimated from the history (--restart-cv-from-history)")
+    return (f"Between restarts: each session ran on its own start of the server, and a start's speed moves the "
+            f"whole session, which its runs do not show; the comparisons add {restart['used'] * 100:.1f}% of each "
+            f"session's mean as a known standard deviation (stated: {restart['stated'] * 100:.1f}%, "
+            f"sglang_bench_restart_cv_pct; {seen}; the larger is used).")
+
+
 def markdown(host: str, results: list[dict], ev: dict, baseline: float | None, max_drop: float, plot: bool,
              fail_inconclusive: bool = False) -> str:
     conf = fmt_conf(ev["confidence"])
@@ -336,7 +417,8 @@ def markdown(host: str, results: list[dict], ev: dict, baseline: float | None, m
            f"significant at {conf} confidence"
            + ("; so does one the data cannot tell from noise (inconclusive)" if fail_inconclusive
               else "; a drop the data cannot tell from noise is inconclusive and passes")
-           + (f"; configured baseline {baseline:.1f} tok/s." if baseline else "."), ""]
+           + (f"; configured baseline {baseline:.1f} tok/s." if baseline else "."), "",
+           restart_line(ev["restart_cv"]), ""]
     out += ["| label | concurrency | mean tok/s | range | runs | accept length | aggregate tok/s | vs previous | vs baseline | release |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     compared = []
@@ -361,15 +443,15 @@ def markdown(host: str, results: list[dict], ev: dict, baseline: float | None, m
         out += ["", ab_line(ev)]
     if compared:
         out += ["", "## Comparisons", "",
-                f"Newest session's per-run tok/s against the reference's: difference of the means (newest minus "
+                (f"Newest session's per-run tok/s against the reference's: difference of the means (newest minus "
                 f"reference) with its {conf} confidence interval, in tok/s and in % of the reference mean; "
                 f"{TWO_SAMPLE_TEST} (two-sided, unequal variances) between sessions, a {ONE_SAMPLE_TEST} against "
                 f"a configured baseline (a mean without runs). Verdict: faster or slower when "
                 f"p < {1 - ev['confidence']:.3g}, else inconclusive (no difference the data can tell apart). "
                 f"Runs needed (inconclusive only): runs per session at which the same test detects a difference "
-                f"of the observed size with {POWER:.0%} power (noncentral t, the observed run-to-run spread).", "",
-                "| label | against | reference mean (n) | newest mean (n) | difference tok/s (CI) | difference % (CI) "
-                "| test | verdict | runs needed |",
+                f"of the observed size with {POWER:.0%} power (noncentral t, the observed run-to-run spread)."), "",
+                ("| label | against | reference mean (n) | newest mean (n) | difference tok/s (CI) | difference % (CI) "
+                "| test | verdict | runs needed |"),
                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         out += compared
     out += ["", "## Gate", ""]
@@ -428,12 +510,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gate-label", default="eagle3", help="label the configured baseline applies to")
     ap.add_argument("--confidence", type=float, default=0.95,
                     help="confidence of the intervals and the tests, in (0, 1) (default %(default)s)")
+    ap.add_argument("--restart-cv-pct", type=float, default=0.0,
+                    help="between-restart CV of a session's mean tok/s, in percent: a known variance beside the "
+                         "runs' in every comparison of two sessions (the history's estimate when larger)")
+    ap.add_argument("--restart-cv-from-history", action="store_true",
+                    help="use the history's own between-restart CV when larger (sessions of one label, release and "
+                         "server settings taken as one speed)")
     ap.add_argument("--fail-inconclusive", action="store_true",
                     help="fail the gate also on a drop beyond --max-drop-pct that the data cannot tell from noise")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
     if args.max_drop_pct < 0:
         ap.error("--max-drop-pct must be >= 0")
+    if args.restart_cv_pct < 0:
+        ap.error("--restart-cv-pct must be >= 0")
     if not 0 < args.confidence < 1:
         ap.error(f"--confidence must be between 0 and 1 (exclusive), got {args.confidence:g}")
     try:
@@ -446,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = load(host_dir)
         ev = evaluate(results, args.baseline_tok_s, args.max_drop_pct, args.gate_label, args.confidence,
-                      args.fail_inconclusive)
+                      args.fail_inconclusive, args.restart_cv_pct / 100.0, args.restart_cv_from_history)
     except Unusable as exc:
         print(f"sglang_bench_report: {exc}", file=sys.stderr)
         return 2
@@ -459,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.replace(host_dir / "report.md")
     print(json.dumps({"host": args.host, "session": ev["session"], "confidence": ev["confidence"],
                       "rows": ev["rows"], "speedup": ev["speedup"], "ab": ev["ab"], "failures": ev["failures"],
-                      "notes": ev["notes"], "report": str(host_dir / "report.md")}))
+                      "notes": ev["notes"], "restart_cv": ev["restart_cv"], "report": str(host_dir / "report.md")}))
     return 1 if ev["failures"] else 0
 
 

@@ -12,7 +12,9 @@ Input: the structured server settings as JSON (the keys the server role renders:
 ``speculative_algorithm``, ``enable_torch_symm_mem``, ... plus ``extra_args``, a list of raw
 command-line arguments, and ``env``, the server's environment). ``extra_args`` are folded in as
 settings (``--enable-torch-symm-mem`` -> ``enable_torch_symm_mem: true``), so a flag passed that
-way is checked too.
+way is checked too. Two settings are derived for facts about attention backends: ``model_attention``
+("mla" for the model modules the facts file lists, from ``--model``) and ``attention_backends``, the
+backends the server runs (those given, else the release's default for an MLA model on this GPU).
 
 Exit status: 0 no failure (warnings are printed), 1 at least one failing fact, 2 bad input.
 Standard library only: it runs on the GPU host with the system python3.
@@ -129,6 +131,27 @@ def settings_from(args: dict, facts: dict) -> dict[str, Any]:
     return merged
 
 
+BACKEND_SETTINGS = ("attention_backend", "decode_attention_backend", "prefill_attention_backend",
+                    "speculative_draft_attention_backend")
+
+
+def derive_attention(settings: dict[str, Any], facts: dict, version: str, major: int, model: str | None) -> None:
+    """Add model_attention, attention_backend_main and attention_backends (see the facts file's "attention")."""
+    table = facts.get("attention") or {}
+    mla = model is not None and model in (table.get("mla_models") or {}).get("modules", [])
+    settings["model_attention"] = None if model is None else ("mla" if mla else "other")
+    main = settings.get("attention_backend")
+    if not main and mla:
+        for rule in table.get("mla_defaults", []):
+            if (in_range(version, rule.get("sglang", {})) and (not rule.get("arch_major") or major in rule["arch_major"])
+                    and (not rule.get("models") or model in rule["models"])):
+                main = rule["backend"]
+                break
+    settings["attention_backend_main"] = main or None
+    given = [settings.get(name) for name in BACKEND_SETTINGS[1:] if settings.get(name)]
+    settings["attention_backends"] = sorted({b for b in [main, *given] if b})
+
+
 def _value(spec: Any, settings: dict[str, Any], context: dict[str, Any]) -> Any:
     """A literal, {"ref": name, "add": n}, or {"product": [names]}."""
     if isinstance(spec, dict) and "ref" in spec:
@@ -161,6 +184,10 @@ def holds(condition: dict, settings: dict[str, Any], context: dict[str, Any]) ->
         return bool(left) == condition["truthy"]
     if "in" in condition:
         return left in condition["in"]
+    if "not_in" in condition:
+        return left not in condition["not_in"]
+    if "any_in" in condition:
+        return isinstance(left, list) and any(item in condition["any_in"] for item in left)
     if "divides" in condition:
         right = _value(condition["divides"], settings, context)
         if not isinstance(left, int) or not isinstance(right, int) or left <= 0:
@@ -191,11 +218,13 @@ def _cite(source: dict) -> str:
     return f"{source['file']}:{source['lines']}" + (f" (sglang {source['version']})" if source.get("version") else "")
 
 
-def check(facts: dict, version: str, arch: str, gpu_count: int, args: dict) -> dict:
-    """Evaluate every fact; return the report (``ok`` false when a failing fact applies)."""
+def check(facts: dict, version: str, arch: str, gpu_count: int, args: dict, model: str | None = None) -> dict:
+    """Evaluate every fact; return the report (``ok`` false when a failing fact applies). ``model``: the
+    SGLang model module (kimi_k25), for the facts that depend on the model's attention."""
     major = arch_major(arch)
     version_key(version)
     settings = settings_from(args, facts)
+    derive_attention(settings, facts, version, major, model)
     context = {"gpu_count": gpu_count}
     failures, warnings, skipped = [], [], []
     for fact in facts["facts"]:
@@ -220,6 +249,8 @@ def check(facts: dict, version: str, arch: str, gpu_count: int, args: dict) -> d
         "sglang_version": version,
         "arch": arch,
         "gpu_count": gpu_count,
+        "model": model,
+        "attention_backends": settings["attention_backends"],
         "failures": failures,
         "warnings": warnings,
         "facts_checked": len(facts["facts"]) - len(skipped),
@@ -258,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", required=True, help="GPU compute capability, e.g. 12.0")
     parser.add_argument("--gpu-count", required=True, type=int, help="GPUs on the host")
     parser.add_argument("--args-json", required=True, help="server settings as JSON: a file, or - for stdin")
+    parser.add_argument("--model", default=None,
+                        help="the SGLang model module served (e.g. kimi_k25): facts about its attention apply")
     parser.add_argument("--facts", default=str(DEFAULT_FACTS), help="facts file (default: beside this script)")
     parser.add_argument("--json", action="store_true", help="print a JSON report")
     options = parser.parse_args(argv)
@@ -267,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError("--gpu-count must be at least 1")
         facts = load_json(options.facts, "facts")
         args = load_json(options.args_json, "server settings")
-        return check(facts, options.sglang_version, options.arch, options.gpu_count, args)
+        return check(facts, options.sglang_version, options.arch, options.gpu_count, args, options.model)
 
     # The exit codes and the error report of the role's other checker, installed beside this script.
     from sglang_interface_check.cli import emit

@@ -8,7 +8,8 @@ spanned 87.5-103.5 around 96.1), with the role's default grid (163 points from 3
 flat response, the start kept in >= 95%; every other setting 2% slower, a worse one chosen in
 <= 5%; a smooth response whose interior optimum is 10% above the start, a setting within 2% of
 it served in >= 90%. Before this design (a 5-run mean beating the best by 1% moved the search)
-the same harness gave 67% and 39% false moves (2000 trials).
+the same harness gave 67% and 39% false moves (2000 trials). The role's between-restart allowance
+(sglang_bench_restart_cv_pct) is in every trial; a per-start speed factor is drawn where a test says so.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def settings(**change) -> dict:
             "restart_minutes": DEFAULTS["sglang_bench_tune_restart_minutes"],
             "measure_minutes": DEFAULTS["sglang_bench_tune_measure_minutes"],
             "min_gain_pct": DEFAULTS["sglang_bench_tune_min_gain_pct"], "runs": DEFAULTS["sglang_bench_tune_runs"],
-            "confidence": DEFAULTS["sglang_bench_tune_confidence"]}
+            "confidence": DEFAULTS["sglang_bench_tune_confidence"],
+            "restart_cv_pct": DEFAULTS["sglang_bench_restart_cv_pct"]}
     return {**base, **change}
 
 
@@ -168,16 +170,37 @@ def test_one_comparison_of_equal_settings_moves_within_its_bound() -> None:
     assert looks / 2000 > 1.0  # inconclusive comparisons do get more runs
 
 
-def test_a_per_restart_factor_beyond_the_runs_is_what_the_tests_cannot_see() -> None:
-    """The stated limit: the runs of one start are taken as independent, so a speed factor drawn per
-    start (on top of the 5% per run) that the runs do not show makes false moves. Measured over 1000
-    flat tunings: the start kept in 98.2% without it, 97.3% at 0.5% per start, 92.5% at 1%, 83.1% at 2%.
-    The simulator's default per-start factor (0.5%, until the reference host measures it) stays below
-    what breaks the 95%; this test shows the limit is real (and fails once the tests account for it)."""
-    out = trials(lambda p: 100.0, seed=6, restart_noise=0.02)
-    kept = sum(served == START for _s, served, _r in out) / TRIALS
-    print(f"flat with a 2% per-start factor: start kept in {kept:.1%}")
-    assert kept < 0.90
+# The H200's between-restart spread of a session's mean (docs/validation/sglang_serve-h200: five
+# sessions of the same settings, 10.7% beyond what their runs explain; the gate's estimator).
+MEASURED_RESTART_CV = 0.107
+
+
+@pytest.mark.parametrize(("per_start", "stated_pct", "kept_at_least"), [
+    (MEASURED_RESTART_CV, MEASURED_RESTART_CV * 100, 0.95),
+    (0.02, 2.0, 0.95),
+])
+def test_a_start_to_start_shift_the_allowance_states_serves_no_false_winner(per_start, stated_pct, kept_at_least):
+    """A speed factor drawn at every start (the runs do not show it), on a flat response: with
+    sglang_bench_restart_cv_pct stating it, the winner's test against the start adds it and the start
+    stays (the search still wanders: its moves leave it out, which costs restarts only). Without it the
+    same tunings serve a "winner" that is only a luckier start: measured over these 200 flat tunings at
+    the H200's 10.7%, 59% kept without, 97.5% with; at 2% per start, 79.5% without, 97% with."""
+    rng = random.Random(7)
+    config = tune.Config.from_settings(settings(restart_cv_pct=stated_pct))
+    kept = sum(served == START for _s, served, _r in (tune_once(config, lambda p: 100.0, rng, restart_noise=per_start)
+                                                      for _ in range(TRIALS))) / TRIALS
+    rng = random.Random(7)
+    blind = tune.Config.from_settings(settings(restart_cv_pct=0.0))
+    kept_blind = sum(served == START for _s, served, _r in (tune_once(blind, lambda p: 100.0, rng,
+                                                                      restart_noise=per_start)
+                                                            for _ in range(TRIALS))) / TRIALS
+    print(f"flat, {per_start:.1%} per start: start kept in {kept:.1%} with the allowance, {kept_blind:.1%} without")
+    assert kept >= kept_at_least
+    assert kept_blind < 0.85  # the allowance is what holds
+
+
+def test_the_default_allowance_is_stated_and_used():
+    assert DEFAULTS["sglang_bench_restart_cv_pct"] > 0 and CONFIG.restart_cv == DEFAULTS["sglang_bench_restart_cv_pct"] / 100
 
 
 @pytest.mark.parametrize("objective", ["throughput", "mix"])

@@ -29,11 +29,12 @@ GOOD = {
 }
 
 
-def run(settings: dict, version: str = UNPATCHED, arch: str = "12.0", gpus: int = 8) -> tuple[int, dict]:
+def run(settings: dict, version: str = UNPATCHED, arch: str = "12.0", gpus: int = 8,
+        model: str | None = None) -> tuple[int, dict]:
     done = subprocess.run(
         [sys.executable, str(LAUNCH_CHECK), "--sglang-version", version, "--arch", arch,
-         "--gpu-count", str(gpus), "--args-json", "-", "--json"],
-        input=json.dumps(settings), capture_output=True, text=True,
+         "--gpu-count", str(gpus), "--args-json", "-", "--json", *(["--model", model] if model else [])],
+        input=json.dumps(settings), check=False, capture_output=True, text=True,
     )
     return done.returncode, json.loads(done.stdout)
 
@@ -138,14 +139,14 @@ def test_text_output_and_exit_codes():
     done = subprocess.run(
         [sys.executable, str(LAUNCH_CHECK), "--sglang-version", UNPATCHED, "--arch", "12.0", "--gpu-count", "8",
          "--args-json", "-"],
-        input=json.dumps(dict(GOOD, enable_torch_symm_mem=True)), capture_output=True, text=True,
+        input=json.dumps(dict(GOOD, enable_torch_symm_mem=True)), check=False, capture_output=True, text=True,
     )
     assert done.returncode == 1
     assert done.stdout.startswith("FAIL torch-symm-mem-keyerror-sm120:")
     bad = subprocess.run(
         [sys.executable, str(LAUNCH_CHECK), "--sglang-version", "latest", "--arch", "12.0", "--gpu-count", "8",
          "--args-json", "-"],
-        input="{}", capture_output=True, text=True,
+        input="{}", check=False, capture_output=True, text=True,
     )
     assert bad.returncode == 2
     assert "not a release version" in bad.stderr
@@ -157,7 +158,7 @@ def test_settings_file_argument(tmp_path: Path):
     done = subprocess.run(
         [sys.executable, str(LAUNCH_CHECK), "--sglang-version", UNPATCHED, "--arch", "12.0", "--gpu-count", "8",
          "--args-json", str(settings)],
-        capture_output=True, text=True,
+        check=False, capture_output=True, text=True,
     )
     assert done.returncode == 0
     assert done.stdout.startswith("OK: 0 failure(s), 0 warning(s)")
@@ -181,3 +182,66 @@ def test_every_fact_is_well_formed_and_cited():
 def test_version_ordering(launch_check, version, key):
     assert launch_check.version_key(version) == key
     assert launch_check.version_key("0.5.10rc0") < launch_check.version_key("0.5.10") < launch_check.version_key("0.5.10.post1")
+
+
+TREE = dict(GOOD, speculative_eagle_topk=4, speculative_num_draft_tokens=8)
+
+
+@pytest.mark.parametrize(
+    ("version", "arch", "backend", "used", "refused"),
+    [
+        # No backend given: the release's default for an MLA model on that GPU.
+        ("0.5.9", "9.0", None, ["fa3"], False),
+        ("0.5.9", "10.0", None, ["trtllm_mla"], True),
+        ("0.5.9", "12.0", None, ["triton"], False),
+        ("0.5.10", "10.0", None, ["trtllm_mla"], True),
+        ("0.5.17", "9.0", None, ["fa3"], False),
+        ("0.5.17", "10.0", None, ["flashinfer"], True),
+        ("0.5.17", "12.0", None, ["triton"], False),
+        # Given: whatever the GPU.
+        ("0.5.9", "12.0", "flashinfer", ["flashinfer"], True),
+        ("0.5.17", "12.0", "flashmla", ["flashmla"], True),
+        ("0.5.9", "10.0", "triton", ["triton"], False),
+        ("0.5.17", "9.0", "fa3", ["fa3"], False),
+    ],
+)
+def test_topk_above_1_on_kimi_depends_on_the_backend_the_release_picks(version, arch, backend, used, refused):
+    """Kimi-K2.5 is an MLA model: FlashInfer-MLA, FlashMLA and TRT-LLM-MLA have no tree attention for topk > 1
+    (their draft backends raise at start-up), fa3 and triton do. topk 1 is never refused."""
+    settings = dict(TREE, attention_backend=backend) if backend else TREE
+    rc, report = run(settings, version=version, arch=arch, model="kimi_k25")
+    assert report["attention_backends"] == used
+    assert ("spec-topk-above-1-mla-backend" in ids(report, "failures")) == refused, report
+    assert rc == (1 if refused else 0)
+    if refused:  # the message names the variable to change
+        assert "sglang_server_speculative_eagle_topk" in report["failures"][0]["fix"]
+    rc1, chain = run(dict(settings, speculative_eagle_topk=1, speculative_num_draft_tokens=4), version=version,
+                     arch=arch, model="kimi_k25")
+    assert rc1 == 0 and chain["failures"] == []
+
+
+def test_a_draft_or_decode_backend_given_counts_too():
+    _rc, report = run(dict(TREE, attention_backend="triton", speculative_draft_attention_backend="flashinfer"),
+                      version="0.5.17", model="kimi_k25")
+    assert report["attention_backends"] == ["flashinfer", "triton"]
+    assert ids(report, "failures") == {"spec-topk-above-1-mla-backend"}
+
+
+def test_a_model_without_mla_is_not_held_to_the_mla_rule():
+    rc, report = run(dict(TREE, attention_backend="flashinfer"), version="0.5.17", model="llama")
+    assert rc == 0 and report["failures"] == []
+
+
+@pytest.mark.parametrize(("version", "refused"), [("0.5.9", True), ("0.5.10", True), ("0.5.17", False)])
+def test_trtllm_mha_refuses_topk_above_1_where_server_args_says_so(version, refused):
+    rc, report = run(dict(TREE, decode_attention_backend="trtllm_mha"), version=version, arch="10.0", model="llama")
+    assert ("spec-topk-above-1-trtllm-mha" in ids(report, "failures")) == refused
+    assert rc == (1 if refused else 0)
+
+
+@pytest.mark.parametrize(("backend", "refused"), [("triton", True), ("fa3", False), ("flashinfer", False)])
+def test_topk_above_1_with_pages_needs_flashinfer_or_fa3(backend, refused):
+    _rc, report = run(dict(TREE, attention_backend=backend, page_size=16), version="0.5.9", arch="9.0", model="llama")
+    assert ("spec-topk-above-1-paged-backend" in ids(report, "failures")) == refused
+    _rc, unpaged = run(dict(TREE, attention_backend=backend), version="0.5.9", arch="9.0", model="llama")
+    assert unpaged["failures"] == []

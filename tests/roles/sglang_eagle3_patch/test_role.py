@@ -176,6 +176,26 @@ def test_check_entry_point_stops_a_known_crash(tree_copy, tmp_path):
     assert stats(passing)["failures"] == 0, failure_message(passing)
 
 
+def test_check_entry_point_refuses_a_draft_tree_the_backend_cannot_run(tree_copy, tmp_path):
+    """The model (sglang_eagle3_patch_check_model, kimi_k25: MLA) reaches the launch check: topk 4 on SM100,
+    where the release's default MLA backend has no tree attention, fails naming the variable; on SM120
+    (triton) it passes."""
+    tree = tree_copy(PATCHED_UPSTREAM)
+    launch = {"tp_size": 8, "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/draft",
+              "speculative_num_steps": 3, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}
+    report = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(
+        tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="10.0",
+        sglang_eagle3_patch_gpu_count=8))
+    assert stats(report)["failures"] == 1
+    message = failure_message(report)
+    assert message.startswith("Launch settings known to fail: spec-topk-above-1-mla-backend:")
+    assert "sglang_server_speculative_eagle_topk" in message
+    passing = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(
+        tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="12.0",
+        sglang_eagle3_patch_gpu_count=8))
+    assert stats(passing)["failures"] == 0, failure_message(passing)
+
+
 def test_check_entry_point_names_missing_methods(tree_copy, tmp_path):
     tree = tree_copy(UNPATCHED)
     report = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(tree, tmp_path))
