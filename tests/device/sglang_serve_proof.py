@@ -339,8 +339,9 @@ class Proof:
 
     def wait_ready(self, timeout: float, step: int = 10) -> dict[str, Any]:
         """tasks/wait.yml: sglang_ready.py --seconds STEP until its rc is not 3, up to the timeout."""
+        systemctl = ROOT / "tests/device/sglang_serve_systemctl.py"
         (self.bin / "systemctl").write_text(
-            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'tests/device/sglang_serve_systemctl.py'))} \"$@\"\n")
+            f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(systemctl))} \"$@\"\n")
         (self.bin / "systemctl").chmod(0o755)
         env = dict(os.environ, PATH=f"{self.bin}:{os.environ.get('PATH', '')}",
                    SGLANG_PROOF_UNIT_STATE=str(self.state_file))
@@ -415,7 +416,8 @@ class Proof:
         rc, text, wall = self.run("probe", [sys.executable, str(CORRECTNESS), "probe", "--url", URL, "--label", label,
                                             "--model", "test-org/llama-tiny", "--out", str(out)], 180,
                                   log=folder / f"{label}.txt")
-        self.say(f"probe {label} (session {self.session}): rc={rc} {wall:.1f}s {text.strip().splitlines()[-1][:300] if text.strip() else ''}")
+        last = text.strip().splitlines()[-1][:300] if text.strip() else ""
+        self.say(f"probe {label} (session {self.session}): rc={rc} {wall:.1f}s {last}")
         return json.loads(out.read_text()) if out.exists() else None
 
     def judge(self, name: str, candidate: str, reference: str, floor: str) -> None:
@@ -745,7 +747,8 @@ def main() -> int:
     ap.add_argument("--rehearse", action="store_true", help="the role's simulator stands for SGLang (no GPU)")
     ap.add_argument("--install-only", action="store_true", help="lay out the release and extract --parts, then stop")
     ap.add_argument("--correctness", action="store_true",
-                    help="only the correctness probes: a session probed twice, a start without speculation probed twice, a restart")
+                    help="only the correctness probes: a session probed twice, a start without speculation "
+                         "probed twice, a restart")
     ap.add_argument("--random-draft", action="store_true", help="models whose greedy tokens vary (synthetic_model.py)")
     args = ap.parse_args()
     proof = Proof(args)

@@ -38,7 +38,7 @@ def role_seconds(stdout: str) -> dict[str, float]:
     starts = [(name.rsplit(" - ", 1)[1], at) for name, at in marks
               if name.startswith("Run the role's checks") and at < end]
     bounds = [at for _, at in starts[1:]] + [end]
-    return {role: round(end - at, 1) for (role, at), end in zip(starts, bounds)}
+    return {role: round(end - at, 1) for (role, at), end in zip(starts, bounds, strict=True)}
 
 
 def main() -> int:

@@ -419,7 +419,8 @@ def markdown(host: str, results: list[dict], ev: dict, baseline: float | None, m
               else "; a drop the data cannot tell from noise is inconclusive and passes")
            + (f"; configured baseline {baseline:.1f} tok/s." if baseline else "."), "",
            restart_line(ev["restart_cv"]), ""]
-    out += ["| label | concurrency | mean tok/s | range | runs | accept length | aggregate tok/s | vs previous | vs baseline | release |",
+    out += ["| label | concurrency | mean tok/s | range | runs | accept length | aggregate tok/s | vs previous | vs baseline "
+            "| release |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     compared = []
     for r in ev["rows"]:

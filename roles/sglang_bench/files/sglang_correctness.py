@@ -8,9 +8,10 @@ same tokens (up to numerical ties), and EAGLE-3 is lossless, so the speculative 
 the target model's own tokens. So:
 
 ``probe``   flushes the server's prefix cache (SGLang's /flush_cache: a cached prefix is prefilled
-            another way, which moves greedy ties), then sends each prompt of a fixed set (files/sglang_correctness_prompts.json, written for this
-            project: arithmetic, short reasoning and code with answers a regular expression checks,
-            tool calls with a JSON schema) to /v1/chat/completions, temperature 0, a fixed
+            another way, which moves greedy ties), then sends each prompt of a fixed set
+            (files/sglang_correctness_prompts.json, written for this project: arithmetic, short
+            reasoning and code with answers a regular expression checks, tool calls with a JSON schema)
+            to /v1/chat/completions, temperature 0, a fixed
             max_tokens, tools where the prompt has them, and records per prompt: the reply
             (content, reasoning_content, tool calls), whether the answer is right, whether the
             tool call parses and matches its schema, whether the thinking stayed out of content.
@@ -192,7 +193,7 @@ def reply_words(result: dict[str, Any]) -> list[str]:
 
 def first_divergence(a: list[str], b: list[str]) -> int | None:
     """The index of the first token where two replies differ (None when they are the same)."""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))

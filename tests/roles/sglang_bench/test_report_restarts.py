@@ -31,7 +31,7 @@ def h200_runs() -> list[list[float]]:
 
 
 def write_history(host_dir, sessions: list[list[float]], releases: list[str]) -> list[dict]:
-    for day, (values, release) in enumerate(zip(sessions, releases), start=1):
+    for day, (values, release) in enumerate(zip(sessions, releases, strict=True), start=1):
         data.write(host_dir, data.session(day), "eagle3", values, release=release)
     return report.load(host_dir)
 

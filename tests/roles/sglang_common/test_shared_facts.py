@@ -19,6 +19,7 @@ import subprocess
 
 import pytest
 import yaml
+
 from repo import ROLES
 from roles_alone import tasks_of
 

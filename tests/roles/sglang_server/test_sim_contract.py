@@ -40,7 +40,8 @@ from simtruth import READY_TEXT, clean_env, free_port, sim_command
 from synthetic_model import make_llama_pair
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang-0.5.17"
-FLAGS = json.loads((Path(__file__).parents[3] / "molecule/resources/roles/sglang_simulator/files/sglang_sim/flags.json").read_text())
+SIM_PACKAGE = Path(__file__).parents[3] / "molecule/resources/roles/sglang_simulator/files/sglang_sim"
+FLAGS = json.loads((SIM_PACKAGE / "flags.json").read_text())
 ALERTS = Path(__file__).parents[3] / "roles/sglang_monitoring/templates/sglang-alerts.rules.yml.j2"
 # Where the two releases differ and the simulator keeps 0.5.9's answer, or leaves out a 0.5.17
 # addition no role reads (JSON path -> why). Everything else 0.5.17 added, the simulator sends too.

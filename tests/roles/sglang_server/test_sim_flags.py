@@ -17,8 +17,8 @@ def test_checked_in_table_matches_sdist(sdist: Path, tmp_path: Path) -> None:
     out = tmp_path / "flags.json"
     assert gen_sim_flags.main(["--sdist", str(sdist), "--out", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == FLAGS_TABLE.read_text(encoding="utf-8"), (
-        "molecule/resources/roles/sglang_simulator/files/sglang_sim/flags.json is stale: run tests/harness/gen_sim_flags.py --sdist "
-        + str(sdist))
+        "molecule/resources/roles/sglang_simulator/files/sglang_sim/flags.json is stale: "
+        "run tests/harness/gen_sim_flags.py --sdist " + str(sdist))
 
 
 def test_table_describes_flags_the_reference_launch_uses() -> None:

@@ -62,7 +62,7 @@ class Config:
                             f"speculation; give {VAR}start")
         start = cls.check_start(start_raw) if start_raw else (1, 1, 2)
         if start_raw:
-            for axis, value in zip(AXES, start):  # the start is a point of the grid
+            for axis, value in zip(AXES, start, strict=True):  # the start is a point of the grid
                 if axis != "num_draft_tokens" or start[1] > 1:
                     axes[axis] = sorted(set(axes[axis]) | {value})
         objective = raw.get("objective")

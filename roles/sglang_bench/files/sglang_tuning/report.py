@@ -102,17 +102,22 @@ def render(state: State, result: dict[str, Any], plot: str | None) -> str:
         mark = " (winner)" if e["label"] == result["serving_label"] and result["winner"] else (
             " (start)" if key == config.start else "")
         values = search.values(key) if key is not None else []
+        if not values:
+            objective = "-"
+        else:
+            objective = fmt(statistics.fmean(values), 3) if config.objective == "mix" else fmt(statistics.fmean(values))
         rows.append(f"| {e['label']}{mark} | {point[0]} | {point[1]} | {point[2]} | {e['status']} | "
                     f"{e['runs']} ({e['measurements']}) | {fmt(e['single_tok_s'])} | "
                     f"{(fmt(e['min_tok_s']) + '-' + fmt(e['max_tok_s'])) if e['min_tok_s'] is not None else '-'} | "
                     f"{fmt(e['accept_length'], 2)} | {fmt(e['aggregate_tok_s'])} | "
-                    f"{fmt(statistics.fmean(values), 3) if values and config.objective == 'mix' else fmt(statistics.fmean(values)) if values else '-'} |")
+                    f"{objective} |")
     moves = ["| Candidate | against | looks | gain (last look) | one-sided p | level per look | result |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for c in search.comparisons:
         last = c["looks"][-1] if c["looks"] else None
+        gain = f"{last['gain'] * 100:+.1f}% ({last['n']} vs {last['n_ref']} runs)" if last else "-"
         moves.append(f"| {label_of(c['candidate'])} | {label_of(c['best'])} | {len(c['looks'])} | "
-                     f"{(format(last['gain'] * 100, '+.1f') + '% (' + str(last['n']) + ' vs ' + str(last['n_ref']) + ' runs)') if last else '-'} | "
+                     f"{gain} | "
                      f"{fmt_p(last['p']) if last else '-'} | {fmt_p(last['alpha']).replace('p=', '') if last else '-'} | "
                      f"{c['result']} |")
     winner = result["winner"]

@@ -62,7 +62,7 @@ def label_of(point: Point | None) -> str:
 
 
 def as_vars(point: Point) -> dict[str, int]:
-    return dict(zip(AXES, point))
+    return dict(zip(AXES, point, strict=True))
 
 
 class LaunchRule:

@@ -177,7 +177,8 @@ class Search:
         if not last or last["candidate"] != cand or not last["looks"] or last["looks"][-1]["gain"] <= 0:
             return None
         for far in neighbours(cand, axis, direction, self.config.axes)[:1]:
-            if far not in visited and self.config.why_not(far) is None and far not in self.samples and (yield from self.compare(far, self.best)):
+            untried = far not in visited and self.config.why_not(far) is None and far not in self.samples
+            if untried and (yield from self.compare(far, self.best)):
                 return far
         return None
 

@@ -62,7 +62,7 @@ def objective_values(config: Config, sample: Sample | None, reference: Sample | 
         return []
     ref_single, ref_conc = statistics.fmean(reference.single), statistics.fmean(reference.concurrent)
     return [config.weight * s / ref_single + (1.0 - config.weight) * c / ref_conc
-            for s, c in zip(sample.single, sample.concurrent)]
+            for s, c in zip(sample.single, sample.concurrent, strict=False)]
 
 
 def one_sided(new: list[float], ref: list[float], alpha: float, confidence: float | None = None,

@@ -11,17 +11,19 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from . import answers, toolcalls
 from .engine import Engine, GenRequest
 from .http import ClientGone, HttpRequest, Responder, dumps, read_request
-from .metrics import DEFAULT_MAX_TOTAL_TOKENS as SIM_TOKENS, SimMetrics
-from .settings import READY_TEXT, SimConfigError, SimSettings
+from .metrics import DEFAULT_MAX_TOTAL_TOKENS as SIM_TOKENS
+from .metrics import SimMetrics
 from .model_dir import is_kimi_k25, missing_weights, read_config
+from .settings import READY_TEXT, SimConfigError, SimSettings
 from .sglang_dir import KIMI_CLASS, KIMI_K25_NAME, kimi_crash_traceback, missing_target_method
 from .specmodel import SpecOutOfMemory
-from . import answers, toolcalls
 
 HEALTH_CHECK_POLL_S = 1.0  # SGLang's health_generate sleeps 1 s before its first check
 CHAT_DEFAULT_MAX_TOKENS = 128  # SGLang would generate to EOS/context; the sim has no EOS
@@ -217,7 +219,7 @@ class SimServer:
                                "kv_transfer_latency_ms": 0.0},
             "queues": {"waiting": waiting, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0}})
         await out.send_json(200, {
-            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
             "version": self.version, "accelerator": "simulated (sglang_sim)", "num_accelerators": 1,
             "dp_rank_count": 1, "loads": [load], "simulator": True,
             "aggregate": {"total_running_reqs": running, "total_waiting_reqs": waiting,

@@ -14,7 +14,8 @@ import sys
 import time
 import uuid
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .settings import SimConfigError, SimSettings
 

@@ -185,7 +185,7 @@ class SimMetrics:
         def histogram(name: str, doc: str, hist: Histogram, labels: dict[str, str]) -> None:
             family(name, "histogram", doc)
             acc = 0
-            for bound, count in zip(hist.bounds, hist.counts):
+            for bound, count in zip(hist.bounds, hist.counts, strict=True):
                 acc += count
                 out.append(f"sglang:{name}_bucket{_labels({**labels, 'le': _fmt(bound)})} {_fmt(float(acc))}")
             out.append(f"sglang:{name}_count{_labels(labels)} {_fmt(float(acc))}")

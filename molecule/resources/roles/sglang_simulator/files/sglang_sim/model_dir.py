@@ -32,7 +32,7 @@ def read_config(path: str) -> dict | None:
     try:
         return json.loads(config.read_text())
     except ValueError as exc:
-        raise ModelDirError(f"OSError: It looks like the config file at '{config}' is not a valid JSON file ({exc})")
+        raise ModelDirError(f"OSError: It looks like the config file at '{config}' is not a valid JSON file ({exc})") from exc
 
 
 def missing_weights(path: str) -> list[str]:

@@ -68,7 +68,7 @@ class SimSettings:
     FAULTS_PLAIN = ("crash_on_start_missing_eagle3", "never_ready")
 
     @classmethod
-    def from_env(cls, env: dict[str, str]) -> "SimSettings":
+    def from_env(cls, env: dict[str, str]) -> SimSettings:
         def number(name: str, default: float, minimum: float, strict: bool = False) -> float:
             raw = env.get(name)
             if raw is None or raw == "":
