@@ -305,7 +305,7 @@ def evaluate(results: list[dict], baseline: float | None, max_drop: float, gate_
     """The newest session, its comparisons and the gate decision. restart_cv: the stated between-restart
     CV of a session's mean (sglang_bench_restart_cv_pct / 100); with learn, the history's own estimate
     when larger (it assumes that sessions of one label, release and server settings ran at one speed:
-    a host whose speed was changed otherwise, as the tests' simulator slowdown does, inflates it)."""
+    a host whose speed was changed otherwise, a slowed-down server of a test for one, inflates it)."""
     if not results:
         raise Unusable("no benchmark results")
     sessions = sorted({r["_session"] for r in results})

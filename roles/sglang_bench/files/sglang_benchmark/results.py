@@ -62,8 +62,6 @@ def server_environment(info: dict[str, Any]) -> dict[str, Any]:
     args = {k: v for k, v in info.items() if k != "internal_states"}
     summary = {k: info.get(k) for k in SUMMARY_ARGS if k in info}
     summary["version"] = info.get("version")
-    if "simulator" in info:
-        summary["simulator"] = info["simulator"]
     return {"server": summary, "server_args": args}
 
 

@@ -127,7 +127,7 @@ class CheckSteps:
     def pip_check(self, py: str) -> dict:
         """`pip check` of the release: a broken requirement fails it, except those of an override (expected).
 
-        Skipped for a --no-deps install (TEST ONLY), where every dependency is missing by design.
+        Skipped for a --no-deps install (sglang_build_pip_no_deps), where every dependency is missing by design.
         """
         if self.spec["pip"]["no_deps"]:
             return {"skipped": "installed without dependencies (sglang_build_pip_no_deps)", "unexpected": []}
