@@ -15,6 +15,7 @@ from repo import load
 
 support = load("tests/roles/sglang_eagle3_patch/patch_support.py", "sglang_eagle3_patch_support")
 KIMI, PATCHED_UPSTREAM, UNPATCHED = support.KIMI, support.PATCHED_UPSTREAM, support.UNPATCHED
+LAUNCH_CHECK = support.LAUNCH_CHECK
 
 PATCH_TASK = "Add the delegation methods the wrapper lacks to srt/models/kimi_k25.py"
 
@@ -194,6 +195,26 @@ def test_check_entry_point_refuses_a_draft_tree_the_backend_cannot_run(tree_copy
         tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="12.0",
         sglang_eagle3_patch_gpu_count=8))
     assert stats(passing)["failures"] == 0, failure_message(passing)
+
+
+def test_launch_facts_entry_point_publishes_what_the_check_is_asked(tree_copy, tmp_path):
+    """tasks_from: launch_facts, for sglang_bench's tuner: the checker on the controller, the release read
+    from the package's own version file, the GPUs and settings as given; nothing installed on the host.
+    Without launch settings it publishes {} (check.yml checks nothing then either)."""
+    tree = tree_copy(PATCHED_UPSTREAM)
+    launch = {"tp_size": 8, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+              "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    report = ansible(tmp_path, playbook(tmp_path, "launch_facts"), role_vars(
+        tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="10.0",
+        sglang_eagle3_patch_gpu_count=8))
+    assert stats(report)["failures"] == 0 and stats(report)["changed"] == 0, failure_message(report)
+    published = task_result(report, "(sglang_eagle3_patch_launch)")["ansible_facts"]["sglang_eagle3_patch_launch"]
+    assert published == {"check": str(LAUNCH_CHECK), "sglang_version": PATCHED_UPSTREAM, "arch": "10.0",
+                         "gpu_count": 8, "model": "kimi_k25", "args": launch}
+    assert not (tmp_path / "tools").exists()
+    empty = ansible(tmp_path, playbook(tmp_path, "launch_facts"), role_vars(tree, tmp_path))
+    assert stats(empty)["failures"] == 0, failure_message(empty)
+    assert task_result(empty, "(no launch settings)")["ansible_facts"] == {"sglang_eagle3_patch_launch": {}}
 
 
 def test_check_entry_point_names_missing_methods(tree_copy, tmp_path):

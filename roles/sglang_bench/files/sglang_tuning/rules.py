@@ -65,6 +65,10 @@ def as_vars(point: Point) -> dict[str, int]:
     return dict(zip(AXES, point, strict=True))
 
 
+# The overlap scheduler's switch: topk 1 only, so the playbook leaves it out of a topk > 1 candidate's environment.
+SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"
+
+
 class LaunchRule:
     """The server's launch check (roles/sglang_eagle3_patch/files/sglang_launch_check.py and its facts file,
     the one place SGLang's per-release rules live) asked about each point before the search may choose it:
@@ -106,6 +110,8 @@ class LaunchRule:
             steps, topk, draft = point
             args = dict(self.args, speculative_num_steps=steps, speculative_eagle_topk=topk,
                         speculative_num_draft_tokens=draft)
+            if topk > 1:  # the server runs a topk > 1 candidate without it (sglang_server_env_unset in tune_step.yml)
+                args["env"] = {k: v for k, v in (args.get("env") or {}).items() if k != SPEC_V2}
             report = self.module.check(self.facts, self.version, self.arch, self.gpu_count, args, self.model)
             self._seen[point] = "; ".join(
                 f"{f['id']} (sglang {self.version}, compute capability {self.arch}, attention backend "
