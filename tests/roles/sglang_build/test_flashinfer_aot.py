@@ -151,16 +151,22 @@ def test_a_bad_module_descriptor_is_named(desc, message):
 
 
 @needs_ansible
-def test_the_plan_fails_naming_the_list_item_and_validation_names_a_bad_kind(tmp_path):
-    proc, spec = render(tmp_path, *ev({"sglang_build_flashinfer_aot_modules": [{"kind": "norm"}, {"kind": "mla", "dtype": "x"}]}))
-    assert proc.returncode == 0, proc.stdout[-3000:]  # the kinds are known: validation passes, the plan names it
+def test_validation_and_the_plan_name_the_bad_list_items(tmp_path):
+    """Validation (before any host changes) asks the build tool's own descriptor rules: every bad item
+    named, its parameter too, not only its kind; the plan applies the same rules."""
+    proc, _ = render(tmp_path, *ev({"sglang_build_flashinfer_aot_modules": [{"kind": "norm"}, {"kind": "mla", "dtype": "x"},
+                                                                            {"kind": "nrom"}]}))
+    assert proc.returncode != 0
+    assert "sglang_build_flashinfer_aot_modules[1]: dtype must be one of" in proc.stdout, proc.stdout[-3000:]
+    assert "sglang_build_flashinfer_aot_modules[2]: kind must be one of" in proc.stdout
+    proc, spec = render(tmp_path, *ev({"sglang_build_flashinfer_aot_modules": [{"kind": "norm"}, {"kind": "mla"}]}))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    spec["flashinfer_aot"]["modules"][1]["dtype"] = "x"  # the plan's own check, on a spec that bypassed validation
     plan = subprocess.run([sys.executable, str(ROLE / "files" / "sglang_build.py"), "plan"], capture_output=True, text=True,
                           env=dict(os.environ, SGLANG_BUILD_SPEC=json.dumps(dict(spec, root=str(tmp_path / "opt")))),
                           check=False)
     assert plan.returncode == 1
     assert json.loads(plan.stdout)["msg"].startswith("sglang_build_flashinfer_aot_modules[1]: dtype must be one of")
-    proc, _ = render(tmp_path, *ev({"sglang_build_flashinfer_aot_modules": [{"kind": "nrom"}]}))
-    assert proc.returncode != 0 and "sglang_build_flashinfer_aot_modules[0] must be a dict whose kind is one of" in proc.stdout
 
 
 def spec_with(spec: dict, **aot) -> dict:

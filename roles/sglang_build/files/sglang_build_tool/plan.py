@@ -98,6 +98,20 @@ def canonical_module(desc, where: str) -> dict:
     return out
 
 
+def aot_module_problems(mods) -> list[str]:
+    """Every problem of a sglang_build_flashinfer_aot_modules list, each naming its item (validation
+    runs this on the controller before any host changes; the plan runs canonical_module itself)."""
+    if not isinstance(mods, list):
+        return [f"{AOT_VARIABLE} must be a list of module descriptors, got {mods!r}"]
+    problems = []
+    for i, desc in enumerate(mods):
+        try:
+            canonical_module(desc, f"{AOT_VARIABLE}[{i}]")
+        except ValueError as err:
+            problems.append(str(err))
+    return problems
+
+
 def arch_major(arch: str) -> int:
     return int(arch.split(".")[0])
 
@@ -352,7 +366,13 @@ class Plan:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="The plan of a build spec: what a build would do (reads, changes nothing)")
     ap.add_argument("--spec", help=f"spec JSON file (default: the {SPEC_ENV} environment variable)")
+    ap.add_argument("--check-aot-modules", action="store_true",
+                    help=f"only check the {AOT_VARIABLE} list given as JSON on stdin (every problem, exit 1 on any)")
     args = ap.parse_args(argv)
+    if args.check_aot_modules:
+        problems = aot_module_problems(json.load(sys.stdin))
+        print(json.dumps({"failed": bool(problems), "msg": "; ".join(problems)}))
+        return 1 if problems else 0
     try:
         plan = Plan(load_spec(args.spec)).plan()
     except ValueError as err:  # a module descriptor or derived setting the tool cannot use
