@@ -3,9 +3,11 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+from background import Background
 from hostsetup import CONTAINERS_SETTINGS, merge_ini
 from repo import ROOT
 from steps import StepFailed, guarded, run
@@ -357,3 +359,16 @@ def test_the_torchvision_double_is_the_real_wheel_less_its_native_files_and_two_
             assert digest == f"sha256={expected}" and int(size) == len(double_files[name]), name
     with zipfile.ZipFile(sources.WHEELS / double.name) as housed:
         assert {n: housed.read(n) for n in housed.namelist()} == double_files
+
+
+def test_a_background_command_that_writes_more_than_a_pipe_holds_runs_on_while_nobody_reads(tmp_path):
+    """What blocked the tuning test of molecule/sglang_bench: 1 MiB written, then a marker file; the test
+    only polls for the marker, as a verifier polls its host."""
+    marker = tmp_path / "reached"
+    job = Background([sys.executable, "-c", f"import pathlib; print('x' * 2**20); pathlib.Path({str(marker)!r}).touch()"])
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert time.monotonic() < deadline, "blocked on a full pipe"
+        time.sleep(0.05)
+    out, _ = job.communicate(timeout=30)
+    assert job.returncode == 0 and len(out) == 2**20 + 1

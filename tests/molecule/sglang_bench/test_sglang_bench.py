@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from background import Background
 from repo import load
 
 NAME = "molecule-sglang-bench"
@@ -151,8 +152,7 @@ def tune(*extra, **popen):
     argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / "playbooks" / "tune.yml"),
             "-e", f"@{VARS / 'server.yml'}", "-e", f"@{VARS / 'tune.yml'}", *extra]
     if popen:
-        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                **popen)
+        return Background(argv, cwd=ROOT, env=env, **popen)  # its output read as it comes (tests/harness/background.py)
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -180,7 +180,7 @@ def test_tune_killed_mid_run_then_converge_serves_the_original_settings(host):
             state = new and new[0] / "state.json"
             if state and state.exists() and len(json.loads(state.read_text())["results"]) >= 2:
                 break
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert proc.poll() is None, proc.output()[-3000:]
             time.sleep(1)
         else:
             raise AssertionError("the tuning never measured a second candidate")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from background import Background
+
 testinfra_hosts = ["podman://molecule-sglang-build"]
 ROOT = Path(__file__).resolve().parents[3]
 CONVERGE = ROOT / "molecule" / "sglang_build" / "converge.yml"
@@ -124,7 +126,7 @@ def converge(*extra, wait=True):
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(CONVERGE), *extra]
     if not wait:
-        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return Background(argv, cwd=ROOT, env=env)  # its output read as it comes (tests/harness/background.py)
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -182,7 +184,7 @@ def test_a_build_killed_midway_is_never_current_and_the_next_run_recovers(host):
     while time.monotonic() < deadline:  # wait until FlashInfer's wheel is being built
         if host.run("ls -d /opt/sglang/wheelhouse/.flashinfer-*.tmp-* 2>/dev/null").stdout.strip():
             break
-        assert job.poll() is None, job.stdout.read()[-4000:]
+        assert job.poll() is None, job.output()[-4000:]
         time.sleep(1)
     else:
         pytest.fail("the FlashInfer build never started")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
+from background import Background
 from waiting import wait_for
 
 G1, G2 = "sglang-model-gpu1", "sglang-model-gpu2"
@@ -50,7 +51,7 @@ def converge(*extra, background=False):
     argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
             str(ROOT / "molecule" / "sglang_model" / "converge.yml"), *extra]
     if background:
-        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return Background(argv, cwd=ROOT, env=env)  # its output read as it comes (tests/harness/background.py)
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started

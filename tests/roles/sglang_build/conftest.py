@@ -58,7 +58,7 @@ def buildhost(harness, request):
 def run_playbook(harness, tmp_path):
     """Run a playbook against a test host with the demo inventory's group_vars."""
 
-    def run(host: TestHost, playbook: Path, *args: str, wait: bool = True):
+    def run(host: TestHost, playbook: Path, *args: str):
         inv_dir = tmp_path / "inventory"
         inv_dir.mkdir(exist_ok=True)
         host.inventory(inv_dir / "hosts.ini")
@@ -67,8 +67,6 @@ def run_playbook(harness, tmp_path):
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), NVIDIA_MIRROR_DIR=str(harness["mirror"]),
                    ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
         cmd = ["ansible-playbook", "-i", str(inv_dir), str(playbook), *args]
-        if not wait:
-            return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
     return run
