@@ -192,7 +192,7 @@ def test_bad_settings_fail_before_any_host_leaves_the_router(host):
 # cores shared with the traffic) the fresh runs confirm it in 99% of 1000 in-process trials
 # (tests/roles/sglang_bench/test_tune_noise.py's harness).
 TUNE_EXTRA = {
-    "sglang_simulator_env": {"SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DECODE_TOK_S": "40",
+    "sglang_simulator_env": {"SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DECODE_TOK_S": "120", "SGLANG_SIM_TTFT_MS": "50",
                                     "SGLANG_SIM_ACCEPT_FIRST": "0.8", "SGLANG_SIM_ACCEPT_DECAY": "0.9",
                                     "SGLANG_SIM_DRAFT_STEP_COST": "0.06", "SGLANG_SIM_VERIFY_TOKEN_COST": "0.02"},
     "sglang_bench_tune_num_steps": [3], "sglang_bench_tune_eagle_topk": [1, 4], "sglang_bench_tune_num_draft_tokens": [16],

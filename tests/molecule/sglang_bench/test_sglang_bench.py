@@ -19,8 +19,11 @@ ROOT = Path(__file__).resolve().parents[3]
 RESULTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "bench-results" / NAME
 KEY = "test-only-key-bench-41c2"
 # The simulator's truth (molecule/resources/roles/sglang_simulator/files/sglang_sim): one request of N tokens takes
-# TTFT + (N - 1) / ACCEPT / DECODE seconds; here N=64, TTFT 0.15 s, ACCEPT 2.4, DECODE 40.
-TRUTH_TOK_S = 64 / (0.150 + 63 / 2.4 / 40)
+# TTFT + (N - 1) / ACCEPT / DECODE seconds (N=64; the settings of vars/server.yml, TTFT's default 150 ms).
+SIM = yaml.safe_load((ROOT / "molecule" / "sglang_bench" / "vars" / "server.yml").read_text())["sglang_simulator_env"]
+TTFT_S = float(SIM.get("SGLANG_SIM_TTFT_MS", 150)) / 1000
+DECODE, ACCEPT = float(SIM["SGLANG_SIM_DECODE_TOK_S"]), float(SIM["SGLANG_SIM_ACCEPT_LENGTH"])
+TRUTH_TOK_S = 64 / (TTFT_S + 63 / ACCEPT / DECODE)
 
 
 def converge(*extra):
@@ -107,7 +110,7 @@ def test_ab_mode_measures_baseline_and_eagle3_and_reports_the_speedup():
     # The simulator's truth: without speculation one token per step, with EAGLE-3 2.4.
     assert labels["baseline"]["environment"]["server_args"]["speculative_algorithm"] is None
     speedup = labels["eagle3"]["mean_tok_s"] / labels["baseline"]["mean_tok_s"]
-    truth = TRUTH_TOK_S / (64 / (0.150 + 63 / 40))
+    truth = TRUTH_TOK_S / (64 / (TTFT_S + 63 / DECODE))
     assert abs(speedup - truth) / truth < 0.05, (speedup, truth)
     assert f"**{speedup:.3f}x**" in (RESULTS / "report.md").read_text()
 
@@ -210,7 +213,7 @@ def test_tune_finds_the_models_optimum_skips_what_cannot_start_and_the_bench_gat
                                 float(env["SGLANG_SIM_SPEC_MEMORY_LIMIT"]))
     steps, topks, drafts = (settings[f"sglang_bench_tune_{a}"] for a in ("num_steps", "eagle_topk", "num_draft_tokens"))
     points = {(s, 1, s + 1) for s in steps} | {(s, k, n) for s in steps for k in topks if k > 1 for n in drafts}
-    speed = {p: specmodel.expected_tok_s(model, 40, 1.0, 0.01, *p) for p in points}
+    speed = {p: specmodel.expected_tok_s(model, float(env["SGLANG_SIM_DECODE_TOK_S"]), 1.0, 0.01, *p) for p in points}
     optimum = max((p for p in points if speed[p]), key=speed.get)
     assert min(steps) < optimum[0] < max(steps) and 1 < optimum[1] < max(topks) and min(drafts) < optimum[2] < max(drafts)
     report = (run / "report.md").read_text()
