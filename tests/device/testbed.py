@@ -193,7 +193,10 @@ class TestBed(sp.Proof):
                "--wheel", str(wheel), "--out", str(SMOL), "--prompts", str(self.work / "tokens" / "prompts.json"),
                "--greedy-out", str(self.work / "tokens" / "hf-transformers.json"),
                "--max-new-tokens", str(self.args.greedy_tokens)]
-        rc, out, wall = self.run("convert", cmd, 400, env=env, log=self.work / "facts" / "convert.log")
+        if (SMOL / "model.safetensors").exists() and (self.work / "tokens" / "hf-transformers.json").exists():
+            rc, out, wall = 0, "converted by an earlier run", 0.0
+        else:
+            rc, out, wall = self.run("convert", cmd, 400, env=env, log=self.work / "facts" / "convert.log")
         self.say(f"SmolLM2 converted: rc={rc} {wall:.1f}s {out.strip()[-500:]}")
         if rc != 0:
             raise SystemExit("the conversion failed: facts/convert.log")
@@ -278,7 +281,7 @@ class TestBed(sp.Proof):
             self.say("no prompt ids: nothing to record")
             return
         started = time.monotonic()
-        self.post("/flush_cache", {}) if not self.args.rehearse else None
+        sp.raw_exchange("POST", "/flush_cache", {}, timeout=30.0)  # its answer is plain text
         greedy, mine = {}, {}
         for pid, ids in self.prompt_ids.items():
             body = {"input_ids": ids, "sampling_params": {"temperature": 0.0, "max_new_tokens": self.args.greedy_tokens},
@@ -353,12 +356,15 @@ class TestBed(sp.Proof):
         self.pack()
         return True
 
-    def probe_model(self, name: str, session: dict[str, Any]) -> None:
+    def probe_model(self, name: str, session: dict[str, Any], force: str | None = None) -> None:
         folder = self.work / "correctness"
         out = folder / f"{name}.json"
         model = self.role_vars(dict(session["settings"]))["sglang_server_served_model_name"]
-        rc, text, wall = self.run("probe", [sys.executable, str(sp.CORRECTNESS), "probe", "--url", sp.URL, "--label",
-                                            name, "--model", model, "--out", str(out)], 240, log=folder / f"{name}.txt")
+        tool = self.args.correctness_tool or str(sp.CORRECTNESS)
+        extra = ["--force", str(folder / f"{force}.json")] if force else []
+        rc, text, wall = self.run("probe", [sys.executable, tool, "probe", "--url", sp.URL, "--label",
+                                            name, "--model", model, "--out", str(out), *extra], 240,
+                                  log=folder / f"{name}.txt")
         self.say(f"probe {name}: rc={rc} {wall:.1f}s {text.strip().splitlines()[-1][:300] if text.strip() else ''}")
 
     def plan_shape(self) -> None:
@@ -384,6 +390,20 @@ class TestBed(sp.Proof):
             self.session_on(label, overrides, release=release, runs=0, probes=probes, tokens=True,
                             timeout=300)
 
+    def plan_verdict(self) -> None:
+        """A correctness tool under review (--correctness-tool) on real SGLang: a plain start probed twice,
+        then a speculative start probed with teacher forcing of the plain start's tokens."""
+        smol = {"__model": "smol", "sglang_server_speculative_algorithm": ""}
+        if self.session_on("verdict-plain", smol, probes=0, timeout=300):
+            session = self.results["sessions"][-1]
+            self.probe_model("verdict-plain-probe1", session)
+            self.probe_model("verdict-plain-probe2", session, force="verdict-plain-probe1")
+        if self.session_on("verdict-eagle3", {"__model": "smol"}, probes=0, timeout=300):
+            session = self.results["sessions"][-1]
+            self.probe_model("verdict-eagle3-probe1", session, force="verdict-plain-probe1")
+            self.probe_model("verdict-eagle3-probe2", session, force="verdict-plain-probe1")
+        self.pack()
+
     def noise(self) -> None:
         super().noise()
         starts = [{"label": s["label"], "release": s.get("release"), "ready_s": s["ready"]["waited_s"],
@@ -404,13 +424,14 @@ def main() -> int:
     ap.add_argument("--pack", type=Path)
     ap.add_argument("--deadline-s", type=float, default=1500)
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--steps", nargs="*", default=["shape", "smol"], choices=["shape", "smol"])
+    ap.add_argument("--steps", nargs="*", default=["shape", "smol"], choices=["shape", "smol", "verdict"])
     ap.add_argument("--shape-starts", type=int, default=3)
     ap.add_argument("--shape-plain", action="store_true")
     ap.add_argument("--releases", nargs="*", default=["0.5.17", "0.5.16"])
     ap.add_argument("--extra-arg", action="append", default=[])
     ap.add_argument("--rehearse", action="store_true")
     ap.add_argument("--greedy-tokens", type=int, default=GREEDY_TOKENS)
+    ap.add_argument("--correctness-tool", help="a sglang_correctness.py to run in place of the role's (a review)")
     ap.add_argument("--converter-python", help="the Python that converts SmolLM2 (default: the release's)")
     ap.add_argument("--install-only", action="store_true")
     ap.add_argument("--random-draft", action="store_true", help=argparse.SUPPRESS)
@@ -427,6 +448,9 @@ def main() -> int:
             bed.plan_shape()
         if "smol" in args.steps:
             bed.plan_smol()
+        if "verdict" in args.steps:
+            bed.files = bed.files if hasattr(bed, "files") else {}
+            bed.plan_verdict()
     finally:
         bed.stop()
         if not args.install_only:
