@@ -5,11 +5,13 @@ something to start, health-check, benchmark and break on machines without a GPU 
 molecule containers, a laptop).  This program stands in for `python -m
 sglang.launch_server` of SGLang 0.5.9: it takes exactly SGLang's command-line flags (from
 flags.json in this package, generated from SGLang's own server_args.py; unknown flags are an
-argparse error, exit 2) and speaks the HTTP API shapes of SGLang 0.5.9 with the fields 0.5.17
-added (checked against what a real 0.5.17 server answered on an H200:
-tests/roles/sglang_server/test_sim_contract.py, which names where the two releases differ and
-the 0.5.9 shape is kept), but every answer is made up.  Everything it says about itself is
-labelled: the --help text, the first log line and `"simulator": true` in /get_server_info.
+argparse error, exit 2) and speaks SGLang's HTTP API in the shapes of the release it reports
+(shapes.py): playing 0.5.17 or later, 0.5.17's, held field by field, list item by list item and
+event by event to what a real 0.5.17 server answered on an H200
+(tests/roles/sglang_server/test_sim_contract.py); playing an older release, 0.5.9's with the
+fields 0.5.17 added (no older release is recorded); but every answer is made up.  Everything it
+says about itself is labelled: the --help text, the first log line and `"simulator": true` in
+/get_server_info.
 Standard library only (python3 >= 3.11).
 
 Run it as SGLang is run, by module: ``python3 -m sglang_sim --model-path ... [SGLang flags]`` with
@@ -23,6 +25,7 @@ sglang_simulator copies this package into, whole).  Where the parts are:
   specmodel.py   the speculative-decoding MODEL (SGLANG_SIM_ACCEPT_FIRST): what steps/topk/draft tokens are worth
   http.py        HTTP/1.1 on asyncio streams: requests, plain and chunked (SSE) responses
   api.py         SGLang's HTTP API: routes, auth, readiness, response shapes; serve()
+  shapes.py      where 0.5.17's answers differ in shape from 0.5.9's (the release it reports picks)
   __main__.py    start-up: parse, validate, log as SGLang does, serve
 
 Endpoints: GET /health, /health_generate (503 until ready, then 200 after ~1 s, as SGLang's
