@@ -5,11 +5,13 @@ something to start, health-check, benchmark and break on machines without a GPU 
 molecule containers, a laptop).  This program stands in for `python -m
 sglang.launch_server` of SGLang 0.5.9: it takes exactly SGLang's command-line flags (from
 flags.json in this package, generated from SGLang's own server_args.py; unknown flags are an
-argparse error, exit 2) and speaks the HTTP API shapes of SGLang 0.5.9 with the fields 0.5.17
-added (checked against what a real 0.5.17 server answered on an H200:
-tests/roles/sglang_server/test_sim_contract.py, which names where the two releases differ and
-the 0.5.9 shape is kept), but every answer is made up.  Everything it says about itself is
-labelled: the --help text, the first log line and `"simulator": true` in /get_server_info.
+argparse error, exit 2) and speaks SGLang's HTTP API in the shapes of the release it reports
+(shapes.py): playing 0.5.17 or later, 0.5.17's, held field by field, list item by list item and
+event by event to what a real 0.5.17 server answered on an H200
+(tests/roles/sglang_server/test_sim_contract.py); playing an older release, 0.5.9's with the
+fields 0.5.17 added (no older release is recorded); but every answer is made up.  Everything it
+says about itself is labelled: the --help text, the first log line and `"simulator": true` in
+/get_server_info.
 Standard library only (python3 >= 3.11).
 
 Run it as SGLang is run, by module: ``python3 -m sglang_sim --model-path ... [SGLang flags]`` with
@@ -23,6 +25,7 @@ sglang_simulator copies this package into, whole).  Where the parts are:
   specmodel.py   the speculative-decoding MODEL (SGLANG_SIM_ACCEPT_FIRST): what steps/topk/draft tokens are worth
   http.py        HTTP/1.1 on asyncio streams: requests, plain and chunked (SSE) responses
   api.py         SGLang's HTTP API: routes, auth, readiness, response shapes; serve()
+  shapes.py      where 0.5.17's answers differ in shape from 0.5.9's (the release it reports picks)
   __main__.py    start-up: parse, validate, log as SGLang does, serve
 
 Endpoints: GET /health, /health_generate (503 until ready, then 200 after ~1 s, as SGLang's
@@ -51,7 +54,8 @@ Timing model (the "truth" the benchmark tests measure against):
              that E[k] = ACCEPT_LENGTH) and steered so that a request's running total stays
              within 1 token of steps * its accept length (seeded per request by SEED): ACCEPT_LENGTH,
              or with NOISE_PCT ACCEPT_LENGTH * (1 + N(0, NOISE_PCT %)) per request.
-  noise    run-to-run noise, off unless set (the test inventory sets it: 5% per request, 0.5% per
+  noise    run-to-run noise, off unless set (the defaults: settings.DEFAULT_NOISE_PCT and
+             DEFAULT_START_NOISE_PCT, 0; the test inventory sets 5% per request, 0.5% per
              start): NOISE_PCT spreads each speculative request's accept length (so its tok/s,
              by a little less: the prefill does not spread); START_NOISE_PCT draws one speed factor
              per start, 1 + N(0, START_NOISE_PCT %), that divides step and prefill times.  The
@@ -88,8 +92,9 @@ Settings come from the environment only, because the command line must be SGLang
   SGLANG_SIM_BATCH_SLOWDOWN    0.01   step-time growth per extra running request
   SGLANG_SIM_SLOWDOWN_FACTOR   1.0    multiplies every generation time (regression gates)
   SGLANG_SIM_SEED              0      seed of the per-request acceptance draws
-  SGLANG_SIM_NOISE_PCT         0      spread of each request's accept length, % (noise, above)
-  SGLANG_SIM_START_NOISE_PCT   0      spread of the speed factor drawn per start, %
+  SGLANG_SIM_NOISE_PCT         0      spread of each request's accept length, % (noise, above;
+                                      default: settings.DEFAULT_NOISE_PCT)
+  SGLANG_SIM_START_NOISE_PCT   0      spread of the speed factor drawn per start, % (settings.DEFAULT_START_NOISE_PCT)
   SGLANG_SIM_NOISE_NONCE       clock  the start's nonce of the noise draws (to replay a start)
   SGLANG_SIM_ACCEPT_FIRST      unset  a1 in (0, 1): turns the speculative model on (below)
   SGLANG_SIM_ACCEPT_DECAY      0.85   d in (0, 1]: acceptance factor per deeper draft position

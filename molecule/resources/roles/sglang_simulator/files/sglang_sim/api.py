@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import answers, toolcalls
+from . import answers, shapes, toolcalls
 from .engine import Engine, GenRequest
 from .http import ClientGone, HttpRequest, Responder, dumps, read_request
 from .metrics import DEFAULT_MAX_TOTAL_TOKENS as SIM_TOKENS
@@ -38,6 +38,7 @@ class SimServer:
         self.settings = settings
         self.args = server_args
         self.version = version
+        self.shapes_0517 = shapes.plays_0517(version)  # the release's answer shapes (shapes.py)
         self.engine = Engine(settings, server_args)
         self.ready = False
         self.generation_count = 0
@@ -99,7 +100,7 @@ class SimServer:
             return
         methods, handler = route
         if req.method not in methods:
-            await out.send_json(405, {"detail": "Method Not Allowed"})
+            await out.send_json(405, {"detail": "Method Not Allowed"}, headers=f"allow: {', '.join(methods)}\r\n")
             return
         await handler(req, out)
 
@@ -131,6 +132,7 @@ class SimServer:
             "has_image_understanding": False,
             "has_audio_understanding": False,
             **self.model_identity(),
+            **({"embedding": shapes.embedding_plan(self.args)} if self.shapes_0517 else {}),
         })
 
     def model_identity(self) -> dict[str, Any]:
@@ -218,7 +220,7 @@ class SimServer:
                                "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0,
                                "kv_transfer_latency_ms": 0.0},
             "queues": {"waiting": waiting, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0}})
-        await out.send_json(200, {
+        answer = {
             "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
             "version": self.version, "accelerator": "simulated (sglang_sim)", "num_accelerators": 1,
             "dp_rank_count": 1, "loads": [load], "simulator": True,
@@ -226,7 +228,13 @@ class SimServer:
                           "total_reqs": running + waiting, "avg_token_usage": 0.0,
                           "avg_throughput": round(self.engine.last_gen_throughput, 2),
                           "avg_utilization": load["utilization"]},
-        })
+        }
+        if self.shapes_0517:
+            for key in shapes.LOAD_0509_ONLY:
+                del load[key]
+            for key in shapes.LOADS_0509_ONLY:
+                del answer[key]
+        await out.send_json(200, answer)
 
     async def get_load(self, req: HttpRequest, out: Responder) -> None:
         """The deprecated /get_load (what sglang-router's /get_loads asks each worker)."""
@@ -315,10 +323,15 @@ class SimServer:
             correct = req.completion_tokens - req.verify_ct
             meta.update(spec_num_correct_drafts=correct, spec_num_proposed_drafts=drafts, spec_accepted_drafts=correct,
                         spec_proposed_drafts=drafts, spec_correct_drafts_histogram=req.histogram)
+            if self.shapes_0517:  # 0.5.17's accept rate: correct drafts / proposed drafts
+                meta["spec_accept_rate"] = correct / drafts if drafts else 0.0
         e2e = (req.finished_wall or now) - req.created_wall
         meta.update(request_received_ts=req.created_wall, api_server_dispatch_finish_ts=req.created_wall,
                     response_sent_to_client_ts=now, request_finished_ts=req.finished_wall or now,
                     decode_throughput=req.completion_tokens / e2e if e2e > 0 else 0.0)
+        if self.shapes_0517:
+            for key in shapes.META_0509_ONLY:
+                meta.pop(key, None)
         return meta
 
     def _native_payload(self, req: GenRequest, ids_from: int = 0, first: bool = False) -> bytes:
@@ -336,7 +349,8 @@ class SimServer:
                     b'"reasoning_tokens":0,"cached_tokens_details":{"device":0,"host":0},"dp_rank":null'
                     % (req.created_wall, req.sim_first_token_wall))
             sent = b',"response_sent_to_client_ts":%r' % time.time() if first else b""  # 0.5.17: the first event only
-            meta = req.meta_head + b"%d" % req.completion_tokens + b',"cached_tokens":0' + tail + sent + b"}"
+            head = req.meta_head.replace(b'"total_retractions":0,', b"") if self.shapes_0517 else req.meta_head
+            meta = head + b"%d" % req.completion_tokens + b',"cached_tokens":0' + tail + sent + b"}"
         return b'{"text":"' + req.text.encode() + b'","output_ids":[' + ids.encode() + b'],"meta_info":' + meta + b"}"
 
     async def generate(self, http: HttpRequest, out: Responder) -> None:
@@ -441,13 +455,23 @@ class SimServer:
         options = body.get("stream_options") or {}
         chunk_kind = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(choice: dict[str, Any] | None, usage: dict[str, Any] | None) -> bytes:
-            return dumps({"id": req.rid, "object": chunk_kind, "created": created, "model": model,
-                          "choices": [choice] if choice else [], "usage": usage})
+        # 0.5.17 writes the role, reasoning, content (tools aside) and finish chunks with sse_utils'
+        # build_sse_content (None left out); its tool-call chunks, like 0.5.9's every chunk, are pydantic dumps.
+        tool_path = toolcalls.wants_tool(body) and bool(self.args.get("tool_call_parser"))
 
-        def chat_choice(finish: str | None = None, **delta: Any) -> dict[str, Any]:
-            full = {"role": None, "content": None, "reasoning_content": None, "tool_calls": None, **delta}
+        def chunk(choice: dict[str, Any] | None, usage: dict[str, Any] | None, compact: bool = False) -> bytes:
+            answer = {"id": req.rid, "object": chunk_kind, "created": created, "model": model,
+                      "choices": [choice] if choice else [], "usage": usage}
+            if compact and usage is None:
+                del answer["usage"]
+            return dumps(answer)
+
+        def chat_choice(finish: str | None = None, compact: bool = False, **delta: Any) -> dict[str, Any]:
+            full = (shapes.compact_delta(**delta) if compact else
+                    {"role": None, "content": None, "reasoning_content": None, "tool_calls": None, **delta})
             return {"index": 0, "delta": full, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+
+        compact = self.shapes_0517
 
         sent = 0
 
@@ -460,9 +484,9 @@ class SimServer:
                                  "finish_reason": "length" if r.finished else None, "matched_stop": None}, usage))
                 return
             if first:  # serving_chat sends the role first, then the first content
-                out.event(chunk(chat_choice(role="assistant", content=""), None))
+                out.event(chunk(chat_choice(role="assistant", content="", compact=compact), None, compact))
             if piece and not prepared:
-                out.event(chunk(chat_choice(content=piece), usage))
+                out.event(chunk(chat_choice(content=piece, compact=compact), usage, compact))
 
         def tail() -> list[bytes]:
             events = []
@@ -470,10 +494,11 @@ class SimServer:
                 message, finish = prepared
                 for part in ("reasoning_content", "content", "tool_calls"):
                     if message[part]:
-                        events.append(chunk(chat_choice(**{part: message[part]}), None))
-                events.append(chunk(chat_choice(finish=finish), None))
+                        small = compact and part != "tool_calls" and not (part == "content" and tool_path)
+                        events.append(chunk(chat_choice(compact=small, **{part: message[part]}), None, small))
+                events.append(chunk(chat_choice(finish=finish, compact=compact), None, compact))
             elif chat:
-                events.append(chunk(chat_choice(finish="length"), None))
+                events.append(chunk(chat_choice(finish="length", compact=compact), None, compact))
             if options.get("include_usage"):
                 # serving_completions dumps this chunk with exclude_none=True, serving_chat does not
                 events.append(chunk(None, self._usage(req)) if chat else dumps(

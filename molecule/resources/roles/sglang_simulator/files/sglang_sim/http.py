@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from email.utils import formatdate
 from typing import Any
 
 log = logging.getLogger("sglang_sim")
@@ -55,8 +56,9 @@ class Responder:
                  status, REASONS.get(status, ""))
         conn = "keep-alive" if self.keep_alive else "close"
         kind = f"content-type: {content_type}\r\n" if content_type else ""  # None: a bare Response(status_code=...)
-        return (f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nserver: sglang-sim\r\n"
-                f"{kind}connection: {conn}\r\n{extra}\r\n").encode("latin-1")
+        # date as uvicorn sends it; vary: Origin as SGLang's CORSMiddleware (allow_credentials) adds to every answer.
+        return (f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\ndate: {formatdate(usegmt=True)}\r\nserver: sglang-sim\r\n"
+                f"{kind}vary: Origin\r\nconnection: {conn}\r\n{extra}\r\n").encode("latin-1")
 
     async def _write(self, data: bytes) -> None:
         if self.writer.transport.is_closing():
@@ -67,11 +69,13 @@ class Responder:
         except (ConnectionError, RuntimeError) as exc:
             raise ClientGone() from exc
 
-    async def send(self, status: int, body: bytes, content_type: str | None = "application/json") -> None:
-        await self._write(self._head(status, content_type, f"content-length: {len(body)}\r\n") + body)
+    async def send(self, status: int, body: bytes, content_type: str | None = "application/json",
+                   headers: str = "") -> None:
+        """headers: more header lines, each ending in CRLF."""
+        await self._write(self._head(status, content_type, f"{headers}content-length: {len(body)}\r\n") + body)
 
-    async def send_json(self, status: int, obj: Any) -> None:
-        await self.send(status, dumps(obj))
+    async def send_json(self, status: int, obj: Any, headers: str = "") -> None:
+        await self.send(status, dumps(obj), headers=headers)
 
     def _write_nowait(self, data: bytes) -> None:
         """Queue bytes on the transport at once (it sends right away while the socket has room)."""
