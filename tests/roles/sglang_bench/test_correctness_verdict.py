@@ -135,7 +135,8 @@ def test_a_floor_that_disagrees_with_itself_lowers_what_is_asked():
     cand = probe("new", late({p["id"] for p in PROMPTS["prompts"][:7]}))  # 4/11 identical
     assert run(cand, ref)["verdict"] == "fail"  # without a floor: needs 0.5
     v = run(cand, ref, floor)
-    assert v["figures"][0]["threshold"] == f">= {round(0.5 * 7 / 11, 4)}" and v["verdict"] == "pass"
+    assert v["figures"][0]["threshold"].startswith(f">= {round(0.5 * 7 / 11, 4)} (identical replies; no teacher forcing")
+    assert v["verdict"] == "pass"
 
 
 def test_no_reference_says_so():

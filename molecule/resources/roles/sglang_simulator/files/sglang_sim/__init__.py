@@ -113,6 +113,11 @@ Per release (TEST ONLY): <release>/sim-slowdown-factor, a number > 0 in the rele
 Greedy answers (answers.py): a chat request at temperature 0 without ignore_eos gets the reply of a
   deterministic model (the same prompt, the same reply), thinking then answering, integer
   arithmetic right; with tools, a Kimi-K2 tool call (toolcalls.py); both shaped by the parsers.
+  It thinks for a length drawn per prompt from a log-normal (median 512 tokens; answers.py cites
+  the public reports behind it) within max_tokens, unless chat_template_kwargs {"thinking": false}.
+  Token ids (tokens.py): return_token_ids / return_prompt_token_ids on a chat request (SGLang
+  0.5.17's fields) return the reply's and its prompt's ids; /generate with return_logprob answers
+  SGLang's input/output logprobs, the teacher forcing of given tokens by the same greedy model.
   SGLANG_SIM_FAULT             unset  comma-separated faults, below
 Faults:
   Kimi-K2.5 + EAGLE-3 check (default on): when SGLANG_SIM_SGLANG_DIR is set, the algorithm

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
 import os
 import signal
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import answers, shapes, toolcalls
+from . import answers, shapes, tokens, toolcalls
 from .engine import Engine, GenRequest
 from .http import ClientGone, HttpRequest, Responder, dumps, read_request
 from .metrics import DEFAULT_MAX_TOTAL_TOKENS as SIM_TOKENS
@@ -375,7 +376,10 @@ class SimServer:
         if not body.get("stream"):
             self._launch(req)
             await req.done.wait()
-            await out.send(200, self._native_payload(req))
+            payload = self._native_payload(req)
+            if body.get("return_logprob"):  # SGLang's logprobs in meta_info (tokens.py: teacher forcing)
+                payload = self._with_logprobs(payload, body)
+            await out.send(200, payload)
             return
         sent_ids = 0
 
@@ -386,6 +390,27 @@ class SimServer:
             sent_ids = len(r.ids)
 
         await self._stream(out, req, sink, lambda: [])
+
+    def _with_logprobs(self, payload: bytes, body: dict[str, Any]) -> bytes:
+        """A /generate answer with SGLang's input and output logprobs (return_logprob): input ids from
+        logprob_start_len on (-1: the last prompt token, SGLang 0.5.9's default), scored by the simulated
+        model's greedy reply to the prompt they hold (tokens.py)."""
+        data = json.loads(payload)
+        ids = body["input_ids"] if isinstance(body.get("input_ids"), list) else []
+        top_n = int(body.get("top_logprobs_num") or 0)
+        start = -1 if body.get("logprob_start_len") is None else int(body["logprob_start_len"])
+        start = len(ids) - 1 if start < 0 else min(start, len(ids))
+        read = tokens.read_prompt(ids)
+        greedy, end = None, None
+        if read is not None:
+            chat, end = read
+            limit = len(ids) - end + 1
+            greedy = (toolcalls.call_ids(chat, self.settings.output_corruption) if toolcalls.wants_tool(chat)
+                      else answers.output_ids(chat, self.settings.output_corruption, limit))
+        data["meta_info"].update(tokens.input_logprobs(ids, start, top_n, greedy, end) if ids else
+                                 {"input_token_logprobs": [], **({"input_top_logprobs": []} if top_n else {})})
+        data["meta_info"].update(tokens.output_logprobs(data.get("output_ids") or [], top_n))
+        return dumps(data)
 
     def _usage(self, req: GenRequest, drop_none: bool = False) -> dict[str, Any]:
         usage: dict[str, Any] = {
@@ -413,10 +438,9 @@ class SimServer:
                 corruption, tool_format = self.settings.output_corruption, self.settings.tool_format
                 if toolcalls.wants_tool(body):
                     prepared = toolcalls.reply(body, self.args, corruption, tool_format)
-                elif answers.wants_answer(body):  # greedy: the simulated model answers and stops
-                    greedy = answers.message(body, self.args, corruption)
-                    prepared = (greedy, "stop")
-                    max_new = min(int(max_new), answers.token_count(greedy))
+                elif answers.wants_answer(body):  # greedy: the simulated model answers, up to max_tokens
+                    prepared = answers.reply(body, self.args, corruption, int(max_new))
+                    max_new = min(int(max_new), max(1, len(prepared[2])))
             else:
                 prompt = body.get("prompt")
                 if not isinstance(prompt, str):
@@ -447,6 +471,11 @@ class SimServer:
             else:
                 choice = {"index": 0, "text": req.text}
             choice.update({"logprobs": None, "finish_reason": finish, "matched_stop": None})
+            if chat:  # SGLang 0.5.17's token ids of a chat reply (tokens.py), when asked
+                if body.get("return_prompt_token_ids") or body.get("return_token_ids"):
+                    choice["prompt_token_ids"] = tokens.prompt_ids(body)
+                if body.get("return_token_ids"):
+                    choice["token_ids"] = prepared[2] if prepared else list(req.ids)
             await out.send_json(200, {"id": req.rid, "object": "chat.completion" if chat else "text_completion",
                                       "created": created, "model": model, "choices": [choice],
                                       "usage": self._usage(req),
@@ -491,7 +520,7 @@ class SimServer:
         def tail() -> list[bytes]:
             events = []
             if chat and prepared:  # the prepared reply's parts as deltas, then its finish_reason
-                message, finish = prepared
+                message, finish = prepared[:2]
                 for part in ("reasoning_content", "content", "tool_calls"):
                     if message[part]:
                         small = compact and part != "tool_calls" and not (part == "content" and tool_path)

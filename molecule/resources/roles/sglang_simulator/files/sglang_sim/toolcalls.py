@@ -22,6 +22,8 @@ import random
 import uuid
 from typing import Any
 
+from . import tokens
+
 THINKING = "The user needs a tool for this; I will call {name} with the arguments its schema asks for."
 SAMPLE = {"string": "sim", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}, "null": None}
 
@@ -62,37 +64,55 @@ def history_calls(body: dict[str, Any]) -> int:
                if isinstance(m, dict) and m.get("role") == "assistant")
 
 
-def reply(body: dict[str, Any], server_args: dict[str, Any], corruption: float = 0.0,
-          tool_format: str = "kimi") -> tuple[dict[str, Any], str]:
-    """The assistant message and finish_reason of a chat request that offers tools.
+def call_ids(body: dict[str, Any], corruption: float = 0.0) -> list[int]:
+    """The output ids of the call: the model's tokens, Kimi-K2's format whatever the parser makes of it
+    (a release whose parser is broken emits the same tokens; tokens.py)."""
+    tool, arguments, index = _call(body, corruption)
+    s = tokens.SPECIAL
+    ids = [*tokens.text_ids(THINKING.format(name=tool["name"])), s["</think>"]] if tokens.thinking_on(body) else []
+    return [*ids, s["<|tool_calls_section_begin|>"], s["<|tool_call_begin|>"],
+            *tokens.text_ids(f"functions.{tool['name']}:{index}"), s["<|tool_call_argument_begin|>"],
+            *tokens.text_ids(arguments), s["<|tool_call_end|>"], s["<|tool_calls_section_end|>"], tokens.EOS]
 
-    A corrupted release (answers.py) spoils that share of the arguments' string values; a release
-    whose tool_format is "broken" writes the call with a token the parser does not know, so it
-    stays text in content (what a release whose parser stopped recognising Kimi's format returns).
-    """
+
+def _call(body: dict[str, Any], corruption: float) -> tuple[dict[str, Any], str, int]:
     tool = chosen(body)
     values = sample(tool.get("parameters") or {})
     if corruption > 0 and isinstance(values, dict):
         spoil = random.Random(json.dumps(body.get("messages"), sort_keys=True))
         values = {k: (v + "?" if isinstance(v, str) and spoil.random() < corruption else v) for k, v in values.items()}
-    arguments = json.dumps(values, ensure_ascii=False)
-    index = history_calls(body)
-    thinking = THINKING.format(name=tool["name"])
+    return tool, json.dumps(values, ensure_ascii=False), history_calls(body)
+
+
+def reply(body: dict[str, Any], server_args: dict[str, Any], corruption: float = 0.0,
+          tool_format: str = "kimi") -> tuple[dict[str, Any], str, list[int]]:
+    """The assistant message, finish_reason and output ids of a chat request that offers tools.
+
+    A corrupted release (answers.py) spoils that share of the arguments' string values; a release
+    whose tool_format is "broken" writes the call with a token the parser does not know, so it
+    stays text in content (what a release whose parser stopped recognising Kimi's format returns).
+    With chat_template_kwargs {"thinking": false} the model calls at once, without thinking.
+    """
+    tool, arguments, index = _call(body, corruption)
+    thinking = THINKING.format(name=tool["name"]) if tokens.thinking_on(body) else None
     begin = "<|tool_call_start|>" if tool_format == "broken" else "<|tool_call_begin|>"
     raw_call = (f"<|tool_calls_section_begin|>{begin}functions.{tool['name']}:{index}"
                 f"<|tool_call_argument_begin|>{arguments}<|tool_call_end|><|tool_calls_section_end|>")
     message: dict[str, Any] = {"role": "assistant", "content": None, "reasoning_content": None, "tool_calls": None}
     text = raw_call
-    if server_args.get("reasoning_parser") and body.get("separate_reasoning", True):
+    if thinking is None:
+        pass
+    elif server_args.get("reasoning_parser") and body.get("separate_reasoning", True):
         message["reasoning_content"] = thinking
     else:
         text = f"<think>{thinking}</think>{raw_call}"
+    ids = call_ids(body, corruption)
     parser = server_args.get("tool_call_parser")
     if not parser or tool_format == "broken":
         message["content"] = text
-        return message, "stop"
+        return message, "stop", ids
     call_id = f"functions.{tool['name']}:{index}" if parser == "kimi_k2" else f"call_{uuid.uuid4().hex[:24]}"
     message["content"] = text.replace(raw_call, "") or None
     message["tool_calls"] = [{"id": call_id, "index": 0, "type": "function",
                               "function": {"name": tool["name"], "arguments": arguments}}]
-    return message, "tool_calls"
+    return message, "tool_calls", ids
