@@ -105,6 +105,12 @@ SERVER_ARGS_CLOSURE = {
     "0.5.17": SERVER_ARGS_COMMON + ["apache-tvm-ffi==0.1.11", "h11==0.16.0", "httpcore==1.0.9",
                                     "huggingface-hub==1.33.0", "msgspec==0.23.0", "transformers==5.12.1",
                                     "triton==3.6.0", "xgrammar==0.2.1"],
+    # 0.5.23 pins openai, tokenizers and sentencepiece at other versions than the common set's; its torch
+    # (2.14.1) pins triton ~=3.8.0. Nothing else beyond 0.5.17's (imported on Python 3.11, 2026-12-04).
+    "0.5.23": [r for r in SERVER_ARGS_COMMON if r.split("==")[0] not in ("openai", "tokenizers", "sentencepiece")]
+    + ["apache-tvm-ffi==0.1.11", "h11==0.16.0", "httpcore==1.0.9", "huggingface-hub==1.33.0", "msgspec==0.23.0",
+       "openai==2.8.0", "sentencepiece==0.2.1", "tokenizers==0.23.2", "transformers==5.19.0", "triton==3.8.0",
+       "xgrammar==0.2.7"],
 }
 # TEST DOUBLE: the real torchvision paired with the test torch, without its native operators
 # (tests/harness/torchvision_double.py says why); part of every closure above.

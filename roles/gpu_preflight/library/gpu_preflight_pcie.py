@@ -54,7 +54,9 @@ author: sglang-ansible
 
 RETURN = r"""
 pcie:
-  description: gpus, pairs, platform, findings, na (catalogue name -> why not judged), p2p_suspect, kernel_params, sources.
+  description: >-
+    gpus, pairs, platform, findings, na (catalogue name -> why not judged), p2p_suspect, peer_to_peer (whether
+    the GPUs reach each other directly: status ok, not_ok, in_doubt, unknown or n/a, and why), kernel_params, sources.
   returned: always
   type: dict
 checks:
@@ -74,6 +76,7 @@ from ansible.module_utils.gpu_preflight_pcie_findings import (
     kernel_params,
     p2p_suspect,
     params_in_effect,
+    peer_to_peer,
     summary_lines,
 )
 from ansible.module_utils.gpu_preflight_pcie_parse import (
@@ -162,7 +165,8 @@ def main() -> None:
     record = assemble(raw)
     found, na = find(record)
     params = kernel_params(module.params["fixes"], record["pairs"])
-    record.update(findings=found, na=na, p2p_suspect=p2p_suspect(found), sources=raw["sources"],
+    record.update(findings=found, na=na, p2p_suspect=p2p_suspect(found), peer_to_peer=peer_to_peer(record["pairs"], found),
+                  sources=raw["sources"],
                   summary=summary_lines(record), kernel_params=params_in_effect(params, record["platform"]["cmdline"]))
     module.exit_json(changed=False, pcie=record,
                      checks=checks(found, na, module.params["ignore"], module.params["fixes"]))

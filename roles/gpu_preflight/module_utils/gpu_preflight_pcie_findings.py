@@ -387,6 +387,29 @@ def p2p_suspect(findings: list[dict]) -> list[str]:
     return sorted({f["name"] for f in findings if FINDINGS[f["name"]]["p2p"]})
 
 
+def peer_to_peer(pairs: list[dict], findings: list[dict]) -> dict:
+    """Whether the GPUs reach each other's memory directly, for what the server builds on it (the PCIe
+    IPC all-reduce of SGLang 0.5.21+ writes straight into its peers' memory): {status, why}.
+
+    ok: ``topo -p2p`` read and write OK for every pair and no finding puts P2P in doubt; not_ok: a pair
+    is not OK; in_doubt: every pair OK but a finding that breaks or reroutes P2P is there (an IOMMU
+    translating, ACS redirecting, ...); unknown: the matrix was not read; n/a: fewer than two GPUs.
+    """
+    if not pairs:
+        return {"status": "n/a", "why": "fewer than 2 GPUs: no pair"}
+    bad = ["GPU%d-GPU%d read %s write %s" % (p["a"], p["b"], p["p2p"].get("r"), p["p2p"].get("w"))
+           for p in pairs if any(p["p2p"].get(m) not in (None, "OK") for m in ("r", "w"))]
+    if bad:
+        return {"status": "not_ok", "why": "nvidia-smi topo -p2p: %s" % "; ".join(bad)[:300]}
+    unread = sorted({p["na"].get("p2p_" + m, "") for p in pairs for m in ("r", "w") if p["p2p"].get(m) is None})
+    if unread:
+        return {"status": "unknown", "why": "; ".join(u for u in unread if u)[:300] or "topo -p2p not read"}
+    suspect = p2p_suspect(findings)
+    if suspect:
+        return {"status": "in_doubt", "why": "topo -p2p OK for every pair, but %s put(s) P2P in doubt" % ", ".join(suspect)}
+    return {"status": "ok", "why": "topo -p2p read and write OK for all %d pairs, no finding puts P2P in doubt" % len(pairs)}
+
+
 def checks(findings: list[dict], na: dict, ignore: list[str], fixes: dict) -> list[dict]:
     """One check per catalogue entry (phase pcie), in catalogue order."""
     out = []

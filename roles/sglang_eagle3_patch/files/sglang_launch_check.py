@@ -2,8 +2,9 @@
 """Check SGLang server settings against known facts before a server starts.
 
 Why: a start of the target model takes eight to ten minutes, and some settings are known to crash
-it late (``--enable-torch-symm-mem`` on SM120 before 0.5.14), to do nothing (flashinfer all-reduce
-fusion on SM120), or to be impossible (more TP ranks than GPUs, EAGLE3 without a draft model).
+it late (``--enable-torch-symm-mem`` on SM120 before 0.5.14, flashinfer all-reduce fusion on SM120 from
+0.5.14 on), to do nothing (that fusion on SM120 before 0.5.14), or to be impossible (more TP ranks than
+GPUs, EAGLE3 without a draft model).
 The facts live in a data file (``sglang_launch_facts.json`` beside this script), each with the
 SGLang releases and GPU architectures it concerns and the source lines it was confirmed in, so a
 new fact is a data change, not a code change.
@@ -16,7 +17,11 @@ way is checked too. Two settings are derived for facts about attention backends:
 ("mla" for the model modules the facts file lists, from ``--model``) and ``attention_backends``, the
 backends the server runs (those given, else the release's default for an MLA model on this GPU).
 
-Exit status: 0 no failure (warnings are printed), 1 at least one failing fact, 2 bad input.
+Severity: fail (the start would fail, or the project refuses it), warn (a setting SGLang ignores or a risk),
+note (why the server role left a setting off, e.g. the PCIe IPC all-reduce where P2P is disabled). The host's
+GPUs as gpu_preflight recorded them come in as the settings ``gpu_interconnect`` and ``gpu_p2p``.
+
+Exit status: 0 no failure (warnings and notes are printed), 1 at least one failing fact, 2 bad input.
 Standard library only: it runs on the GPU host with the system python3.
 """
 
@@ -226,7 +231,7 @@ def check(facts: dict, version: str, arch: str, gpu_count: int, args: dict, mode
     settings = settings_from(args, facts)
     derive_attention(settings, facts, version, major, model)
     context = {"gpu_count": gpu_count}
-    failures, warnings, skipped = [], [], []
+    failures, warnings, notes, skipped = [], [], [], []
     for fact in facts["facts"]:
         if not in_range(version, fact.get("sglang", {})):
             skipped.append(fact["id"])
@@ -243,7 +248,7 @@ def check(facts: dict, version: str, arch: str, gpu_count: int, args: dict, mode
             "fix": fact.get("fix", ""),
             "sources": [_cite(s) for s in fact.get("sources", [])],
         }
-        (failures if fact["severity"] == "fail" else warnings).append(entry)
+        {"fail": failures, "note": notes}.get(fact["severity"], warnings).append(entry)
     return {
         "ok": not failures,
         "sglang_version": version,
@@ -253,6 +258,7 @@ def check(facts: dict, version: str, arch: str, gpu_count: int, args: dict, mode
         "attention_backends": settings["attention_backends"],
         "failures": failures,
         "warnings": warnings,
+        "notes": notes,
         "facts_checked": len(facts["facts"]) - len(skipped),
         "facts_not_applicable": skipped,
     }
@@ -260,8 +266,8 @@ def check(facts: dict, version: str, arch: str, gpu_count: int, args: dict, mode
 
 def render_text(report: dict) -> str:
     lines = []
-    for entry in report["failures"] + report["warnings"]:
-        label = "FAIL" if entry["severity"] == "fail" else "WARN"
+    for entry in report["failures"] + report["warnings"] + report["notes"]:
+        label = {"fail": "FAIL", "note": "NOTE"}.get(entry["severity"], "WARN")
         lines.append(f"{label} {entry['id']}: {entry['effect']}")
         if entry["fix"]:
             lines.append(f"     fix: {entry['fix']}")

@@ -21,7 +21,9 @@ model, runs:
 3. the cuDNN rule of SGLang 0.5.9 (``check_torch_2_9_1_cudnn_compatibility``): a multimodal model
    (Kimi-K2.5 is one) on torch 2.9 with cuDNN older than 9.15 is refused by the release at start.
    Read from the release's package metadata (torch, nvidia-cudnn-cu13/-cu12) and the model's
-   ``config.json`` architectures against the release's own list of multimodal architectures.
+   ``config.json`` architectures against the release's own list of multimodal architectures;
+4. the warnings the release logs while it parses and checks them (``'--cuda-graph-max-bs' is deprecated
+   ... Use '--cuda-graph-max-bs-decode'`` on 0.5.17), reported in its words: what the role could avoid.
 
 Usage: python sglang_server_args_check.py --argv-json JSON [--api-key-set] [--model-dir DIR] [--json]
 Exit status: 0 the release accepts the settings, 1 it refuses them, 2 the check could not run.
@@ -33,6 +35,7 @@ import argparse
 import ast
 import contextlib
 import json
+import logging
 import os
 import re
 import sys
@@ -73,6 +76,9 @@ GPU_FREE_CHECKS = {
     ],
 }
 # check_server_args calls it for these two options (the same in every release above).
+# Where the release's ConfigArgumentMerger is, newest first (srt/utils from 0.5.20 on, srt/ before).
+CONFIG_PARSER_MODULES = ("sglang.srt.utils.server_args_config_parser", "sglang.srt.server_args_config_parser")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 BUCKET_OPTIONS = (("--prompt-tokens-buckets", "prompt_tokens_buckets"),
                   ("--generation-tokens-buckets", "generation_tokens_buckets"))
 CUDNN_MIN = (9, 15)
@@ -141,13 +147,40 @@ def parse(server_args, argv: list[str]) -> tuple[argparse.Namespace, frozenset]:
     release's message."""
     parser = _RaisingParser()
     server_args.ServerArgs.add_cli_args(parser)
-    if "--config" in argv:  # as prepare_server_args does
-        from sglang.srt.server_args_config_parser import ConfigArgumentMerger
-        argv = ConfigArgumentMerger(parser).merge_config_with_args(argv)
+    if "--config" in argv:  # as prepare_server_args does, with the release's own config parser
+        argv = config_merger(parser).merge_config_with_args(argv)
     try:
         return parser.parse_args(argv), frozenset(parser._option_string_actions)
     except _ParseError as exc:
         raise Refused("parse", str(exc)) from None
+
+
+def config_merger(parser: argparse.ArgumentParser):
+    """The release's ConfigArgumentMerger (--config YAML), from the module its prepare_server_args imports:
+    sglang.srt.server_args_config_parser in 0.5.9 and 0.5.17, sglang.srt.utils.server_args_config_parser in
+    0.5.20 and 0.5.23 (0.5.18 and 0.5.19 not read)."""
+    import importlib
+    for module in CONFIG_PARSER_MODULES:
+        try:
+            return importlib.import_module(module).ConfigArgumentMerger(parser)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:  # the module is there but an import of its own failed: the release's error
+                raise
+    raise CannotRun(f"the release has none of {', '.join(CONFIG_PARSER_MODULES)} (--config cannot be merged)")
+
+
+class WarningsKept(logging.Handler):
+    """The warnings the release logs while it parses and checks the settings (a deprecated flag, a value it
+    replaces): SGLang's own words, ANSI colours removed, each once."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        text = ANSI.sub("", record.getMessage()).strip()
+        if text and text not in self.messages:
+            self.messages.append(text)
 
 
 def unchecked(server_args, namespace: argparse.Namespace):
@@ -284,11 +317,16 @@ def check(argv: list[str], api_key_set: bool, model_dir: str | None) -> dict:
         raise CannotRun(f"this Python cannot import the release's sglang.srt.server_args "
                         f"({type(exc).__name__}: {exc})") from None
     report = {"sglang_version": version, "import_seconds": round(time.monotonic() - started, 2), "parsed": len(argv)}
+    kept = WarningsKept()
+    logging.getLogger().addHandler(kept)
     try:
         check_release(server_args, version, argv + (["--api-key", API_KEY_PLACEHOLDER] if api_key_set else []),
                       Path(sglang.__file__).parent, model_dir, report)
     except Refused as exc:
         report["refused"] = exc.info
+    finally:
+        logging.getLogger().removeHandler(kept)
+    report["warnings"] = kept.messages
     report["seconds"] = round(time.monotonic() - started, 2)
     return report
 

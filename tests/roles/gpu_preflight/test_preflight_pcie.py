@@ -294,6 +294,31 @@ def test_peer_reads_not_supported_between_a_pair(pcie, pcie_parse, tmp_path):
         ("p2p_unsupported", "GPU1-GPU2", "topo -p2p r=CNS (topology SYS)")]
 
 
+def test_whether_the_gpus_reach_each_other_directly(pcie, pcie_parse, tmp_path):
+    """peer_to_peer, what the local fact tells the server (its PCIe IPC all-reduce writes into its peers'
+    memory): ok on the clean platform, in doubt with an ACS-redirecting bridge, not ok with a pair that is
+    not, unknown without the matrix, n/a with one GPU."""
+    def status(raw):
+        rec = pcie.assemble(raw)
+        return pcie.peer_to_peer(rec["pairs"], pcie.find(rec)[0])
+
+    clean = status(raw_of(pcie_parse, RTX, tmp_path / "clean"))
+    assert clean == {"status": "ok", "why": "topo -p2p read and write OK for all 6 pairs, no finding puts P2P in doubt"}
+    text = body(RTX / "lspci-vvv.txt")
+    acs = text.index("ACSCtl:", text.index("0000:02:01.0 PCI bridge"))
+    redirect = text[:acs] + text[acs:].replace("ReqRedir- CmpltRedir-", "ReqRedir+ CmpltRedir+", 1)
+    doubt = status(raw_of(pcie_parse, RTX, tmp_path / "acs", lspci=redirect))
+    assert doubt["status"] == "in_doubt" and "acs_redirect_enabled" in doubt["why"], doubt
+    cns = body(RTX / "topo-p2p-r.txt").replace(" GPU1\tOK\tX\tOK\tOK", " GPU1\tOK\tX\tCNS\tOK")
+    assert status(raw_of(pcie_parse, RTX, tmp_path / "cns", p2p_r=cns)) == {
+        "status": "not_ok", "why": "nvidia-smi topo -p2p: GPU1-GPU2 read CNS write OK"}
+    unread = raw_of(pcie_parse, RTX, tmp_path / "unread")
+    unread["p2p"], unread["p2p_errors"] = {}, {m: "rc=2: Unknown option" for m in "rwnap"}
+    assert status(unread) == {"status": "unknown", "why": "nvidia-smi topo -p2p r: rc=2: Unknown option; "
+                                                          "nvidia-smi topo -p2p w: rc=2: Unknown option"}
+    assert status(raw_of(pcie_parse, H200, tmp_path / "one"))["status"] == "n/a"
+
+
 def test_lspci_without_root_and_topo_p2p_as_recorded_on_two_h200(pcie_parse):
     denied = pcie_parse.parse_lspci("0000:02:01.0 PCI bridge [0604]: Broadcom / LSI PEX890xx PCIe Gen 5 Switch "
                                     "[1000:c030] (rev b0)\n\tCapabilities: <access denied>\n")

@@ -46,7 +46,11 @@ def test_matching_inventory_passes_with_nccl_skipped_for_a_reason(gpu_testhost, 
     assert json.loads(fetched.read_text()) == report
     assert gpu_testhost.sh(f"stat -c %a {REPORT}").stdout.strip() == "644"
     assert "GPU preflight passed" in out
-    assert recap(out)["changed"] == "3"  # report directory, report, fetched copy (a rerun: molecule's idempotence)
+    # report directory, report, fetched copy, the local facts directory and the local fact for the server
+    # (a rerun: molecule's idempotence)
+    assert recap(out)["changed"] == "5"
+    fact = json.loads(gpu_testhost.sh("cat /etc/ansible/facts.d/gpu_preflight.fact").stdout)
+    assert fact["server_env"] == {} and fact["topology"]["gpus"] == 8 and fact["topology"]["interconnect"] == "pcie"
 
 
 def test_a_missing_gpu_fails_naming_the_difference(gpu_testhost, run_playbook, tmp_path):
@@ -84,7 +88,8 @@ def test_fixes_show_in_check_mode_apply_when_asked_and_go_when_withdrawn(gpu_tes
         assert check.returncode == 0, out[-4000:]
         assert '+GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} \\"iommu=pt\\" \\"pcie_aspm=off\\""' in out
         assert '"NCCL_P2P_DISABLE": "1"' in out
-        assert host.sh(f"ls {dropin} {fact} /var/log/update-grub-double.log 2>&1 || true").stdout.count("No such") == 3
+        assert host.sh(f"ls {dropin} /var/log/update-grub-double.log 2>&1 || true").stdout.count("No such") == 2
+        assert "NCCL_P2P_DISABLE" not in host.sh(f"cat {fact} 2>&1 || true").stdout  # the earlier tests' fact, as it was
 
         proc, out, _ = play(run_playbook, host, tmp_path, **FIXES)
         assert proc.returncode == 0, out[-4000:]
@@ -103,7 +108,8 @@ def test_fixes_show_in_check_mode_apply_when_asked_and_go_when_withdrawn(gpu_tes
 
         off, out, _ = play(run_playbook, host, tmp_path)
         assert off.returncode == 0, out[-4000:]
-        assert host.sh(f"ls {dropin} {fact} 2>&1 || true").stdout.count("No such") == 2
+        assert host.sh(f"ls {dropin} 2>&1 || true").stdout.count("No such") == 1
+        assert json.loads(host.sh(f"cat {fact}").stdout)["server_env"] == {}  # the fact stays: its topology
         assert host.sh("tail -1 /var/log/update-grub-double.log").stdout.strip() == "(no drop-in)"
     finally:
         host.sh(f"rm -f /usr/sbin/update-grub /var/log/update-grub-double.log {dropin} {fact}")

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
+import sglang_sources
 from repo import ROOT
 
 SERVER = {"tp_size": 8, "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/draft",
@@ -160,13 +162,17 @@ SERVER_PLAY = """\
 
 
 def fake_release(root: Path, version: str) -> None:
-    """<root>/current -> a release whose venv's Python finds a sglang package holding only its version file
-    (a double of an installed release: what release.yml and launch_facts read of it, nothing else)."""
+    """<root>/current -> a release whose venv's Python finds a sglang package holding only its version file and
+    the real files of that release that sglang_server asks what it takes and reads (srt/environ.py,
+    srt/server_args.py, from its PyPI sdist): a double of an installed release, what release.yml and
+    launch_facts read of it, nothing else."""
     release = root / "releases" / "r1"
     site = release / "site"
-    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "srt").mkdir(parents=True)
     (site / "sglang" / "__init__.py").write_text("")
     (site / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
+    for member in ("srt/environ.py", "srt/server_args.py"):
+        shutil.copyfile(sglang_sources.package_file(version, member), site / "sglang" / member)
     python = release / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')

@@ -1,9 +1,12 @@
 """The pre-start ServerArgs check (roles/sglang_server/files/sglang_server_args_check.py).
 
-Against real release trees, no containers: SGLang 0.5.9 and 0.5.10 unpacked from their PyPI sdists and
-0.5.17 from its wheel, in local venvs with what their ``sglang.srt.server_args`` imports
-(tests/harness/serverargs_release.py, cached): the command lines the role renders pass, and a flag or a
-value each release rejects fails, naming the flag and the release's own message. The cuDNN rule and the message parsing as units.
+Against real release trees, no containers: SGLang 0.5.9 and 0.5.10 unpacked from their PyPI sdists, 0.5.17
+and 0.5.23 from their wheels, in local venvs with what their ``sglang.srt.server_args`` imports
+(tests/harness/serverargs_release.py, cached). The reference command line as the role renders it for each
+release (its own tables templated by Ansible, the example inventory's settings, the release's features
+asked of its real tree: tests/roles/sglang_server/role_render.py) parses with no deprecation warning; the
+command lines of the role's other settings pass, and a flag or a value each release rejects fails, naming
+the flag and the release's own message. The cuDNN rule and the message parsing as units.
 """
 
 from __future__ import annotations
@@ -20,28 +23,31 @@ import pytest
 
 import serverargs_release
 import sglang_sources
+from repo import load
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOL = ROOT / "roles" / "sglang_server" / "files" / "sglang_server_args_check.py"
 CASES = Path(__file__).with_name("serverargs_cases.py")
-RELEASES = ["0.5.9", "0.5.10", "0.5.17"]
-SDIST_RELEASES = ["0.5.9", "0.5.10"]  # 0.5.17 publishes wheels only
+RELEASES = ["0.5.9", "0.5.10", "0.5.17", "0.5.23"]
+SDIST_RELEASES = ["0.5.9", "0.5.10"]  # the later ones publish wheels only
+rr = load("tests/roles/sglang_server/role_render.py")
 
 
-def load(name: str, path: Path):
+def load_file(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-tool = load("sglang_server_args_check", TOOL)
-options_filter = load("sglang_server_options", ROOT / "roles" / "sglang_server" / "filter_plugins" /
-                      "sglang_server_options.py")
+tool = load_file("sglang_server_args_check", TOOL)
+options_filter = load_file("sglang_server_options", ROOT / "roles" / "sglang_server" / "filter_plugins" /
+                           "sglang_server_options.py")
 
 
-def rendered(extra_args=(), **changes) -> list[str]:
-    """The command line as the role renders it (vars/main.yml's table, the role's defaults)."""
+def rendered(extra_args=(), renames=None, **changes) -> list[str]:
+    """A command line of the role's options table (vars/main.yml) at the role's defaults, with changes, for a
+    release that names the options as `renames` says (its features)."""
     options = {"model_path": "/var/lib/sglang/models/target", "tp_size": 8, "host": "127.0.0.1", "port": 30000,
                "mem_fraction_static": 0.9, "served_model_name": "moonshotai/Kimi-K2.5", "trust_remote_code": True,
                "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
@@ -50,31 +56,41 @@ def rendered(extra_args=(), **changes) -> list[str]:
                "attention_backend": "", "enable_flashinfer_allreduce_fusion": False, "enable_torch_symm_mem": False,
                "enable_metrics": True, "nnodes": None, "node_rank": None, "dist_init_addr": None}
     options.update(changes)
-    return options_filter.sglang_server_argv(options, list(extra_args))
+    return options_filter.sglang_server_argv(options, list(extra_args), renames)
 
 
 NO_SPECULATION = {"speculative_algorithm": "", "speculative_num_steps": None, "speculative_eagle_topk": None,
                   "speculative_num_draft_tokens": None, "speculative_draft_model_path": None}
-GOOD = {
-    "defaults": {"argv": rendered(), "api_key_set": True},
-    "no speculation": {"argv": rendered(**NO_SPECULATION)},
-    "multi-node rank 1": {"argv": rendered(tp_size=16, nnodes=2, node_rank=1, dist_init_addr="10.0.0.11:20000")},
-    "tuned": {"argv": rendered(attention_backend="flashinfer", cuda_graph_max_bs=64, max_running_requests=48,
-                               context_length=131072, speculative_eagle_topk=4, speculative_num_draft_tokens=8)},
-    "kimi parsers": {"argv": rendered(["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"])},
-}
-# name: (case, the step that refuses, a flag it must name, the release's words)
+
+
+def good(renames: dict) -> dict:
+    """The role's other settings, each a command line the release must take."""
+    return {
+        "defaults": {"argv": rendered(renames=renames), "api_key_set": True},
+        "no speculation": {"argv": rendered(renames=renames, **NO_SPECULATION)},
+        "multi-node rank 1": {"argv": rendered(renames=renames, tp_size=16, nnodes=2, node_rank=1,
+                                               dist_init_addr="10.0.0.11:20000")},
+        "tuned": {"argv": rendered(renames=renames, attention_backend="flashinfer", cuda_graph_max_bs=64,
+                                   max_running_requests=48, context_length=131072, speculative_eagle_topk=4,
+                                   speculative_num_draft_tokens=8)},
+        "kimi parsers": {"argv": rendered(["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"], renames)},
+    }
+
+
+GOOD_NAMES = list(good({}))
+# name: (changes, extra arguments, the step that refuses, a flag it must name, the release's words)
 BAD = {
-    "unknown flag": ({"argv": rendered(["--no-such-flag", "1"])}, "parse", "--no-such-flag",
-                     "unrecognized arguments: --no-such-flag 1"),
-    "bad choice": ({"argv": rendered(attention_backend="bogus")}, "parse", "--attention-backend",
-                   "invalid choice: 'bogus'"),
-    "bad int": ({"argv": rendered(tp_size="eight")}, "parse", "--tp-size", "invalid int value: 'eight'"),
-    "bad float": ({"argv": rendered(mem_fraction_static="most")}, "parse", "--mem-fraction-static",
-                  "invalid float value: 'most'"),
-    "post-init check": ({"argv": rendered(["--enable-tokenizer-batch-encode", "--enable-dynamic-batch-tokenizer"])},
+    "unknown flag": ({}, ["--no-such-flag", "1"], "parse", "--no-such-flag", "unrecognized arguments: --no-such-flag 1"),
+    "bad choice": ({"attention_backend": "bogus"}, [], "parse", "--attention-backend", "invalid choice: 'bogus'"),
+    "bad int": ({"tp_size": "eight"}, [], "parse", "--tp-size", "invalid int value: 'eight'"),
+    "bad float": ({"mem_fraction_static": "most"}, [], "parse", "--mem-fraction-static", "invalid float value: 'most'"),
+    "post-init check": ({}, ["--enable-tokenizer-batch-encode", "--enable-dynamic-batch-tokenizer"],
                         "_handle_tokenizer_batching", "--enable-dynamic-batch-tokenizer", "Cannot enable both"),
 }
+# A host of 8 SM120 GPUs over PCIe with P2P (gpu_preflight's fact): the reference host.
+REFERENCE_HOST = rr.preflight_fact(
+    rr.rtx_pro_6000(8), rr.nvidia_smi_matrix(8, lambda a, b: "PIX" if a // 2 == b // 2 else "SYS"),
+    rr.nvidia_smi_matrix(8, lambda a, b: "OK", affinity=False), rr.nvidia_smi_matrix(8, lambda a, b: "OK", affinity=False))
 
 
 @pytest.fixture(scope="module", params=RELEASES)
@@ -84,18 +100,34 @@ def release(request) -> tuple[str, Path]:
 
 def run_cases(venv: Path, cases: list[dict]) -> list[dict]:
     proc = subprocess.run([str(venv / "bin" / "python"), "-B", str(CASES), str(TOOL)], input=json.dumps(cases),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="module")
-def reports(release, tmp_path_factory) -> dict:
-    """Every GOOD and BAD case on one release, and on 0.5.9 the CUDNN cases, in one process of its Python."""
-    cases = {**GOOD, **{name: case for name, (case, *_) in BAD.items()}}
-    if release[0] == "0.5.9":
+def release_run(release, tmp_path_factory) -> dict:
+    """Every case on one release, in one process of its Python: the role's rendering of the reference host for
+    it (its features asked of its tree), the GOOD and BAD command lines, the legacy --cuda-graph-max-bs, and on
+    0.5.9 the cuDNN cases. {"features", "rendered": {name: the role's rendering}, "cases", "reports"}."""
+    version, venv = release
+    features = rr.features(version, tmp_path_factory.mktemp("tree"))
+    renames = features["options"]
+    role = {"reference": rr.server(features, REFERENCE_HOST),
+            "reference tuned": rr.server(features, REFERENCE_HOST, sglang_server_cuda_graph_max_bs=64)}
+    cases = {name: {"argv": r["argv"], "api_key_set": True, "env": r["env"]} for name, r in role.items()}
+    cases.update(good(renames))
+    cases.update({name: {"argv": rendered(extra, renames, **changes)} for name, (changes, extra, *_) in BAD.items()})
+    cases["legacy cuda graph flag"] = {"argv": rendered(cuda_graph_max_bs=64)}
+    if version == "0.5.9":
         cases.update(cudnn_cases(tmp_path_factory.mktemp("cudnn")))
-    return dict(zip(cases, run_cases(release[1], list(cases.values())), strict=True))
+    reports = dict(zip(cases, run_cases(venv, list(cases.values())), strict=True))
+    return {"features": features, "rendered": role, "cases": cases, "reports": reports}
+
+
+@pytest.fixture(scope="module")
+def reports(release_run) -> dict:
+    return release_run["reports"]
 
 
 def expected_checks(version: str) -> list[str]:
@@ -103,21 +135,70 @@ def expected_checks(version: str) -> list[str]:
             for n in ([f"{name}({flag})" for flag, _ in tool.BUCKET_OPTIONS] if name == "validate_buckets_rule" else [name])]
 
 
-@pytest.mark.parametrize("name", list(GOOD))
-def test_the_rendered_command_lines_pass_every_check(release, reports, name):
+def assert_checked(version: str, report: dict) -> None:
+    """Every check listed for the release exists there and ran on these values; a release without a list
+    (0.5.23) had its command line parsed, nothing more, and the report says so."""
+    if version in tool.GPU_FREE_CHECKS:
+        assert report["checks"] == expected_checks(version) and report["not_evaluated"] == [], report
+    else:
+        assert report["checks"] == [] and [n["check"] for n in report["not_evaluated"]] == ["*"], report
+
+
+@pytest.mark.parametrize("name", ["reference", "reference tuned"])
+def test_the_reference_command_line_parses_with_no_deprecation_warning(release, release_run, name):
+    """Kimi-K2.5, tp 8, EAGLE-3 3/1/4, the example inventory's settings, on the reference host: as the role
+    renders it for this release, the release takes it, warns of nothing deprecated, and gets the flags and the
+    environment it reads."""
     version, _ = release
-    report = reports[name]
+    report, argv = release_run["reports"][name], release_run["cases"][name]["argv"]
+    env = release_run["cases"][name]["env"]
+    assert "refused" not in report and report["sglang_version"] == version, report
+    assert report["parsed"] == len(argv)
+    assert not [w for w in report["warnings"] if "deprecat" in w.lower()], report["warnings"]
+    assert_checked(version, report)
+    decode = version not in ("0.5.9", "0.5.10")
+    if name == "reference tuned":
+        flag = "--cuda-graph-max-bs-decode" if decode else "--cuda-graph-max-bs"
+        assert argv[argv.index(flag) + 1] == "64"
+    assert ("SGLANG_ENABLE_SPEC_V2" in env) is not decode
+    assert ("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in env) is (version == "0.5.23")
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "4" and argv[argv.index("--tp-size") + 1] == "8"
+
+
+def test_the_legacy_cuda_graph_flag_is_what_each_release_says(release, reports):
+    """Why the role renames it: 0.5.9 takes --cuda-graph-max-bs, 0.5.17 warns at every start that it is
+    deprecated, 0.5.23 refuses it as ambiguous (the warning capture of the check, proven on a real one)."""
+    version, _ = release
+    report = reports["legacy cuda graph flag"]
+    if version == "0.5.23":
+        assert report["refused"]["message"] == ("ambiguous option: --cuda-graph-max-bs could match "
+                                                "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"), report
+    elif version == "0.5.17":
+        assert "refused" not in report
+        assert any("'--cuda-graph-max-bs' is deprecated" in w and "--cuda-graph-max-bs-decode" in w
+                   for w in report["warnings"]), report["warnings"]
+    else:
+        assert "refused" not in report and not [w for w in report["warnings"] if "deprecat" in w.lower()], report
+
+
+@pytest.mark.parametrize("name", GOOD_NAMES)
+def test_the_rendered_command_lines_pass_every_check(release, release_run, name):
+    version, _ = release
+    report = release_run["reports"][name]
     assert "refused" not in report, report
     assert report["sglang_version"] == version
-    assert report["parsed"] == len(GOOD[name]["argv"])
-    # Every check listed for the release exists there and ran on these values.
-    assert report["checks"] == expected_checks(version) and report["not_evaluated"] == [], report
+    assert report["parsed"] == len(release_run["cases"][name]["argv"])
+    assert_checked(version, report)
     assert report["cudnn"]["verdict"] == "pass"
 
 
 @pytest.mark.parametrize("name", list(BAD))
 def test_a_flag_or_value_the_release_rejects_is_refused_naming_it(release, reports, name):
-    _, step, flag, words = BAD[name]
+    version, _ = release
+    *_, step, flag, words = BAD[name]
+    if step != "parse" and version not in tool.GPU_FREE_CHECKS:  # parsed only: the check cannot see it, and says so
+        assert "refused" not in reports[name] and reports[name]["not_evaluated"][0]["check"] == "*", reports[name]
+        return
     refusal = reports[name].get("refused")
     assert refusal is not None, reports[name]
     assert refusal["step"] == step and flag in refusal["flags"] and words in refusal["message"], refusal
@@ -248,7 +329,7 @@ HAZARDS = {"get_device", "get_device_memory_capacity", "get_device_sm", "get_dev
            "is_hopper_with_cuda_12_3", "is_sm90_supported", "is_sm100_supported", "is_sm120_supported"}
 
 
-@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("version", [v for v in RELEASES if v in tool.GPU_FREE_CHECKS])
 def test_the_listed_checks_touch_neither_gpu_nor_model(version):
     """Each check listed for a release, with the methods it calls on itself, names none of the calls
     that ask the GPU or load the model, in that release's own server_args.py."""

@@ -6,8 +6,8 @@ last token), with EAGLE-3 acceptance alongside, on a server that may be protecte
 key, from a host that may only have bare python3.  So this is standard library only, counts
 tokens from the server's own counters (with EAGLE-3 one stream event carries several tokens,
 so counting events would be wrong), and writes one JSON document that also records what was
-measured: the server's version and arguments (from /get_server_info) and the host facts
-passed in with --env-json.
+measured: the server's version and arguments (from /server_info, which SGLang 0.5.9 to 0.5.23 serve;
+its older name get_server_info is deprecated) and the host facts passed in with --env-json.
 
 APIs: `native` POSTs SGLang's /generate with "stream": true; `openai` POSTs
 /v1/chat/completions (the endpoint production clients use) with stream_options

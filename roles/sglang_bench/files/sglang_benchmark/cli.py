@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     environment["client"] = {"tool": TOOL, "python": sys.version.split()[0]}
     model = "default"
     try:
-        info_before: dict[str, Any] | None = server.get_json("/get_server_info")
+        info_before: dict[str, Any] | None = server.get_json("/server_info")
         environment.update(server_environment(info_before))
         model = str(info_before.get("served_model_name") or model)
     except BenchError as exc:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stats = summarize(runs)
     try:
-        server_accept = avg_accept_from(server.get_json("/get_server_info")) if info_before is not None else None
+        server_accept = avg_accept_from(server.get_json("/server_info")) if info_before is not None else None
     except BenchError:
         server_accept = None
     result: dict[str, Any] = {

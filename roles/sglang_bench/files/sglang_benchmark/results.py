@@ -58,9 +58,15 @@ def redact(value: Any, secret: str | None) -> Any:
     return value
 
 
+# Summary fields a release reports under another name: SGLang 0.5.14 and later have cuda_graph_max_bs_decode
+# (and _prefill) where 0.5.9 has cuda_graph_max_bs; the summary keeps one name across releases.
+RENAMED_ARGS = {"cuda_graph_max_bs": "cuda_graph_max_bs_decode"}
+
+
 def server_environment(info: dict[str, Any]) -> dict[str, Any]:
     args = {k: v for k, v in info.items() if k != "internal_states"}
-    summary = {k: info.get(k) for k in SUMMARY_ARGS if k in info}
+    summary = {k: info.get(RENAMED_ARGS[k] if RENAMED_ARGS.get(k) in info else k) for k in SUMMARY_ARGS
+               if k in info or RENAMED_ARGS.get(k) in info}
     summary["version"] = info.get("version")
     return {"server": summary, "server_args": args}
 
