@@ -65,6 +65,36 @@ GREEDY_TOKENS = 128
 TOP = 5
 
 
+# A start's marks in SGLang's log: the first line of a phase that begins, the last of one that ends.
+PHASE_MARKS = {"load_weight_begin": (r"Load weight begin", "first"), "load_weight_end": (r"Load weight end", "last"),
+               "kv_cache": (r"KV Cache is allocated", "first"), "graph_begin": (r"Capture .*cuda graph begin", "first"),
+               "graph_end": (r"Capture .*cuda graph end", "last"), "ready": (r"fired up and ready", "first")}
+
+
+def log_phases(text: str) -> dict[str, Any]:
+    """Seconds from the log's first timestamped line to each mark, and the phases' own elapsed figures."""
+    stamps = []
+    for line in text.splitlines():
+        m = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", line)
+        if m:
+            stamps.append((time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")), line))
+    marks: dict[str, Any] = {}
+    for key, (pattern, which) in PHASE_MARKS.items():
+        hits = [(t, line) for t, line in stamps if re.search(pattern, line, re.I)]
+        if hits:
+            t, line = hits[0] if which == "first" else hits[-1]
+            marks[key] = {"t": t, "count": len(hits), "line": line[-240:]}
+    first = stamps[0][0] if stamps else None
+    # 0.5.17: "Capture target prefill CUDA graph end. elapsed=79.96 s" (target prefill and verify, draft
+    # prefill, decode and extend); older releases: "Capture cuda graph end. Time elapsed: 12.3 s".
+    graphs = re.findall(r"Capture ([\w ]*?)cuda graph end\. (?:elapsed=|Time elapsed: )([0-9.]+)", text, re.I)
+    return {"seconds_from_first_line": {k: round(v["t"] - first, 1) for k, v in marks.items()} if first else {},
+            "load_weight_elapsed_s": [float(x) for x in re.findall(r"Load weight end\. elapsed=([0-9.]+)", text)],
+            "cuda_graph_capture_s": [float(x) for _, x in graphs],
+            "cuda_graph_capture": {(name.strip() or "all"): float(x) for name, x in graphs}, "marks": marks,
+            "errors": sorted(set(re.findall(r"(ModuleNotFoundError: [^\n]+|ImportError: [^\n]+)", text)))}
+
+
 class TestBed(sp.Proof):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
@@ -241,30 +271,10 @@ class TestBed(sp.Proof):
 
     def phases(self, label: str) -> dict[str, Any]:
         """Where the start's time went, from the server's own log lines and their timestamps."""
-        text = self.current_log.read_text(errors="replace")
-        stamps = []
-        for line in text.splitlines():
-            m = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", line)
-            if m:
-                stamps.append((time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")), line))
-        found: dict[str, Any] = {}
-        marks = {"load_weight_begin": r"Load weight begin", "load_weight_end": r"Load weight end",
-                 "kv_cache": r"KV Cache is allocated|max_total_num_tokens", "graph_begin": r"Capture cuda graph begin",
-                 "graph_end": r"Capture cuda graph end", "ready": r"fired up and ready"}
-        for key, pattern in marks.items():
-            hits = [(t, line) for t, line in stamps if re.search(pattern, line)]
-            if hits:
-                found[key] = {"first": hits[0][0], "last": hits[-1][0], "count": len(hits),
-                              "line": hits[-1][1][-240:]}
-        first = stamps[0][0] if stamps else None
-        summary = {k: round(v["last"] - first, 1) for k, v in found.items()} if first else {}
-        elapsed = [float(x) for x in re.findall(r"Load weight end\. elapsed=([0-9.]+)", text)]
-        graphs = [float(x) for x in re.findall(r"Capture cuda graph end\. Time elapsed: ([0-9.]+)", text)]
-        out = {"label": label, "log": self.current_log.name, "seconds_from_first_line": summary,
-               "load_weight_elapsed_s": elapsed, "cuda_graph_capture_s": graphs, "marks": found,
-               "errors": sorted(set(re.findall(r"(ModuleNotFoundError: [^\n]+|ImportError: [^\n]+)", text)))}
+        out = {"label": label, "log": self.current_log.name, **log_phases(self.current_log.read_text(errors="replace"))}
         (self.work / "phases" / f"{self.session:02d}-{label}.json").write_text(json.dumps(out, indent=1) + "\n")
-        self.say(f"phases {label}: {json.dumps(summary)} weights {elapsed} graphs {graphs} errors {out['errors']}")
+        self.say(f"phases {label}: {json.dumps(out['seconds_from_first_line'])} weights {out['load_weight_elapsed_s']} "
+                 f"graphs {out['cuda_graph_capture_s']} errors {out['errors']}")
         return out
 
     # ------------------------------------------------------------------ token-level recordings
