@@ -61,6 +61,8 @@ def clean_env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SGLANG_") and k not in ("OPENAI_API_KEY",)}
     env.update(sim_path_env())
+    # Deterministic unless a test asks for noise (the simulator's own default is a real host's).
+    env.update({"SGLANG_SIM_NOISE_PCT": "0", "SGLANG_SIM_START_NOISE_PCT": "0"})
     env.update(extra)
     return env
 

@@ -30,7 +30,8 @@ def test_health_is_503_while_loading_then_200(start_sim) -> None:
 
 
 def test_never_ready_fault(start_sim) -> None:
-    sim = start_sim(env={"SGLANG_SIM_FAULT": "never_ready"}, wait="never_ready")
+    # the fault's own line comes once the port is open (the word alone is in the settings line before it)
+    sim = start_sim(env={"SGLANG_SIM_FAULT": "never_ready"}, wait="staying in the starting state")
     for _ in range(2):
         assert requests.get(sim.url + "/health_generate", timeout=5).status_code == 503
         time.sleep(0.3)

@@ -17,7 +17,8 @@ settings = load("molecule/resources/roles/sglang_simulator/files/sglang_sim/sett
 MODEL = specmodel.SpecModel(accept_first=0.8, accept_decay=0.9, draft_step_cost=0.06, verify_token_cost=0.02,
                             memory_limit=64)
 SPEC_ENV = {"SGLANG_SIM_ACCEPT_FIRST": "0.8", "SGLANG_SIM_ACCEPT_DECAY": "0.9", "SGLANG_SIM_DRAFT_STEP_COST": "0.06",
-            "SGLANG_SIM_VERIFY_TOKEN_COST": "0.02", "SGLANG_SIM_SPEC_MEMORY_LIMIT": "64"}
+            "SGLANG_SIM_VERIFY_TOKEN_COST": "0.02", "SGLANG_SIM_SPEC_MEMORY_LIMIT": "64",
+            "SGLANG_SIM_NOISE_PCT": "0", "SGLANG_SIM_START_NOISE_PCT": "0"}  # the model's own draws alone
 
 
 def test_formulas_by_hand() -> None:
