@@ -6,7 +6,9 @@ build tool (sglang_build.py, phase ``aot``) starts it with the environment of th
 FLASHINFER_CUDA_ARCH_LIST, CUDA_HOME, MAX_JOBS, FLASHINFER_WORKSPACE_BASE (a scratch
 directory of the build user) and PATH (the venv's ninja, the toolkit's nvcc).
 
-How FlashInfer 0.6.3 finds a module (flashinfer/jit/core.py, env.py): every kernel family
+How FlashInfer 0.6.3 finds a module (flashinfer/jit/core.py, env.py; 0.6.15.post1 and 0.7.2 the same:
+their generators take the same arguments, and 0.7.2's get_aot_artifacts looks in the package's
+data/aot/<uri>/<uri>.so before any other provider): every kernel family
 is a JitSpec named by a URI that encodes its parameters (dtypes, head dims, backend...).
 ``JitSpec.build_and_load`` first looks for ``<FLASHINFER_AOT_DIR>/<uri>/<uri>.so`` and, when
 it exists, loads it with no lock, no ninja and no write; only otherwise does it compile

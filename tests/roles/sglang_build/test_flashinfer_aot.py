@@ -115,6 +115,41 @@ def test_the_module_set_follows_the_inventorys_server_settings(tmp_path):
                       "decode bfloat16 128", "cascade"]  # no trtllm_comm: SGLang 0.5.9 fuses only on SM90/SM100
 
 
+@needs_ansible
+def test_each_release_set_says_whether_its_sampler_takes_flashinfers_kernels(tmp_path):
+    """The sampling module follows the set's own source (files/release_sets/<set>.json: flashinfer_sampling)."""
+    for release_set, sampling, modules in (("0.5.9", False, []), ("0.5.17", True, ["sampling"]),
+                                           ("0.5.23", True, ["sampling"])):
+        proc, spec = render(tmp_path, "-e", f"sglang_build_release_set={release_set}")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert spec["flashinfer_aot"]["sampling"] is sampling, release_set
+        assert [sb.aot_label(m) for m in sb.Build(spec, python_version="3.12").aot_modules] == modules
+    proc, spec = render(tmp_path, "-e", "sglang_build_release_set=0.5.23", "-e", "sglang_build_flashinfer_aot_sampling=false")
+    assert proc.returncode == 0 and spec["flashinfer_aot"]["sampling"] is False
+
+
+@needs_ansible
+def test_an_mla_draft_needs_a_release_that_serves_it(tmp_path):
+    proc, spec = render(tmp_path, "-e", "sglang_build_release_set=0.5.23", "-e",
+                        "sglang_build_flashinfer_aot_draft_attention=mla", "-e", "sglang_server_attention_backend=flashinfer")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert [sb.aot_label(m) for m in sb.Build(spec, python_version="3.12").aot_modules] == [
+        "mla fa2 bfloat16 512/64", "prefill fa2 bfloat16 192/128", "sampling"]
+    proc, spec = render(tmp_path, "-e", "sglang_build_flashinfer_aot_draft_attention=mla")  # the 0.5.9 set
+    assert proc.returncode != 0 and spec is None
+    assert "sglang_build_flashinfer_aot_draft_attention is mla (lightseekorg/kimi-k2.5-eagle3-mla, " \
+           "Eagle3DeepseekV2ForCausalLM), which SGLang 0.5.9 (release set 0.5.9) does not serve" in " ".join(proc.stdout.split())
+    proc, _ = render(tmp_path, "-e", "sglang_build_flashinfer_aot_draft_attention=gqa")
+    assert proc.returncode != 0 and "sglang_build_flashinfer_aot_draft_attention" in proc.stdout
+
+
+@needs_ansible
+def test_an_unknown_release_set_is_refused_naming_the_choices(tmp_path):
+    proc, spec = render(tmp_path, "-e", "sglang_build_release_set=0.5.24")
+    assert proc.returncode != 0 and spec is None
+    assert "sglang_build_release_set" in proc.stdout and "0.5.9, 0.5.17, 0.5.23" in proc.stdout, proc.stdout[-2000:]
+
+
 def test_derived_sets_for_each_setting():
     def labels(arch, **aot):
         base = {"enabled": True, "modules": [], "attention_backend": "", "allreduce_fusion": False,
@@ -130,6 +165,13 @@ def test_derived_sets_for_each_setting():
         "decode bfloat16 64", "cascade"]
     assert labels("12.0a", allreduce_fusion=True) == []
     assert labels("9.0a 12.0a", allreduce_fusion=True) == ["trtllm_comm"]
+    # 0.5.17 on: the sampler's top-k/top-p/min-p kernels from flashinfer.sampling.
+    assert labels("12.0a", sampling=True) == ["sampling"]
+    # Kimi-K2.5's MLA draft (Eagle3DeepseekV2ForCausalLM) runs on the target's FlashInfer MLA backend with the
+    # target's layout: the target's modules, none of the MHA draft's.
+    assert labels("12.0a", attention_backend="flashinfer", draft_attention="mla", sampling=True) == [
+        "mla fa2 bfloat16 512/64", "prefill fa2 bfloat16 192/128", "sampling"]
+    assert labels("12.0a", draft_attention="mla") == []  # triton attention (SM120's default): no FlashInfer module
     # An explicit list replaces the derived one; its descriptors are completed and deduplicated.
     explicit = labels("12.0a", attention_backend="flashinfer",
                       modules=[{"kind": "norm"}, {"kind": "activation"}, {"kind": "activation", "act": "silu"},

@@ -1,38 +1,39 @@
-"""The supported release sets: what each installs, read from SGLang's own metadata, and pip's real
-resolver resolving each with all its dependencies (files/sglang_release.py).
+"""The supported release sets: what each installs, read from SGLang's own metadata; the set files the
+command files/sglang_release_set.py makes (one per release in files/release_sets/); and pip's real
+resolver resolving each set with all its dependencies.
 
-The specs are the ones the role renders (through Ansible itself) for `sglang_build_release_set`
-0.5.9 and 0.5.17. The resolution asks PyPI (this machine's registry) for Python 3.12 on manylinux
-x86_64 with glibc 2.39 (Ubuntu 24.04), installing nothing.
+The specs are the ones the role renders (through Ansible itself) for each `sglang_build_release_set`.
+The resolution asks PyPI (this machine's registry) for Python 3.12 on manylinux x86_64 with glibc 2.39
+(Ubuntu 24.04), as it was at the set's recorded cutoff (pip 26.3's --uploaded-prior-to), installing
+nothing: the command's own code, in-process (sglang_release_set.make).
 
 STAND-INS, where an index cannot be reached from here: PyTorch's own index (the 0.5.9 set's torch,
 torchaudio and torchvision `+cu130` builds) and the GitHub release of the 0.5.9 set's sgl-kernel
-`0.3.21+cu130` wheel. Each is a TEST DOUBLE: an empty wheel of the same name and version whose
-metadata repeats that of PyPI's build of the same version (read from PyPI, below), except torch's
-CUDA libraries: PyPI's torch 2.9.1 is a CUDA 12.8 build (nvidia-*-cu12), the cu130 build pins
-`nvidia-cudnn-cu13==9.13.0.50` (uv's resolution error quoted in nvidia-cosmos/cosmos-predict2.5#147),
-the only one of its CUDA 13 pins known here: the stand-in names that one. The 0.5.17 set needs no
-stand-in: its torch 2.11.0 is PyPI's, a CUDA 13.0 build.
+`0.3.21+cu130` wheel. The command replaces each by an empty wheel whose metadata is that of PyPI's
+build of the same version less its CUDA libraries (PyPI's torch 2.9.1 is a CUDA 12.8 build), plus the
+set's known CUDA 13 pin of torch 2.9.1+cu130 (`nvidia-cudnn-cu13==9.13.0.50`, uv's resolution error
+quoted in nvidia-cosmos/cosmos-predict2.5#147), and says so in the set file. The 0.5.17 and 0.5.23 sets
+need none: their torch (2.11.0, 2.14.1) is PyPI's, a CUDA 13.0 build.
 
-A resolution is kept for a week under ~/.cache/sglang-ansible/resolve (keyed by every requirement,
-index, stand-in and pip version): PyPI serves no PEP 658 metadata here, so pip reads each candidate
-wheel's metadata by range requests (about 3 minutes for the 211 distributions of 0.5.17). A
-conflicting pin is never cached: its test resolves for real every time.
+Resolutions are cached by the command under ~/.cache/sglang-ansible/release-sets (keyed by every input,
+the cutoff included: a cached one is what pip resolves for those inputs); its downloads too (the sglang
+wheels, pip's). Without the cache the three sets take about 4 minutes here (pip reads each candidate's
+metadata by range requests: about 100 MB each). A conflict is never cached: its test resolves every time.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 from test_tool import render_spec
 
 import sglang_sources
@@ -40,45 +41,23 @@ from repo import ROOT, load
 
 rel = load("roles/sglang_build/files/sglang_release.py")
 sb = load("roles/sglang_build/files/sglang_build_tool")
+rset = load("roles/sglang_build/files/sglang_release_set.py")
 
-CACHE = Path(os.environ.get("SGLANG_ANSIBLE_CACHE", Path.home() / ".cache" / "sglang-ansible")) / "resolve"
-WEEK = 7 * 24 * 3600
+SETS_DIR = ROOT / "roles" / "sglang_build" / "files" / "release_sets"
+SETS = sorted((p.stem for p in SETS_DIR.glob("*.json")), key=rset.version_key)
+COMMAND = ROOT / "roles" / "sglang_build" / "files" / "sglang_release_set.py"
 TARGET = {"python_version": "3.12", "glibc": "2.39"}
-
-# TEST DOUBLE metadata (see the module docstring): name, version, tag, Requires-Dist.
-TORCH_291_PURE = ["filelock", "typing-extensions>=4.10.0", 'setuptools; python_version >= "3.12"', "sympy>=1.13.3",
-                  "networkx>=2.5.1", "jinja2", "fsspec>=0.8.5"]
-STANDINS_059 = [
-    ("torch", "2.9.1+cu130", "cp312-cp312-manylinux_2_28_x86_64",
-     TORCH_291_PURE + ['nvidia-cudnn-cu13==9.13.0.50; platform_system == "Linux"',
-                       'triton==3.5.1; platform_system == "Linux" and platform_machine == "x86_64"']),
-    ("torchaudio", "2.9.1+cu130", "cp312-cp312-manylinux_2_28_x86_64", ["torch==2.9.1"]),
-    ("torchvision", "0.24.1+cu130", "cp312-cp312-manylinux_2_28_x86_64",
-     ["numpy", "torch==2.9.1", "pillow!=8.3.*,>=5.3.0"]),
-    ("sgl_kernel", "0.3.21+cu130", "cp310-abi3-manylinux2014_x86_64", []),
-]
-
-
-def make_wheel(directory: Path, name: str, version: str, tag: str, requires: list[str]) -> Path:
-    """An empty wheel whose metadata says `requires` (a TEST DOUBLE: nothing to import in it)."""
-    path = directory / f"{name}-{version}-{tag}.whl"
-    info = f"{name}-{version}.dist-info"
-    meta = "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
-        name, version, "".join(f"Requires-Dist: {r}\n" for r in requires))
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr(f"{info}/METADATA", meta)
-        zf.writestr(f"{info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: sglang-ansible tests\nRoot-Is-Purelib: false\n"
-                                     f"Tag: {tag}\n")
-        zf.writestr(f"{info}/RECORD", "")
-    return path
-
 
 @pytest.fixture(scope="module")
 def specs(tmp_path_factory):
     out = {}
-    for name in ("0.5.9", "0.5.17"):
+    for name in SETS:
         out[name] = render_spec(tmp_path_factory.mktemp("render"), "-e", f"sglang_build_release_set={name}")
     return out
+
+
+def committed(version: str) -> dict:
+    return json.loads((SETS_DIR / f"{version}.json").read_text())
 
 
 def metadata_of(version: str) -> list[dict]:
@@ -176,94 +155,194 @@ def test_the_release_id_follows_the_set(specs):
         assert sb.Build(spec, python_version="3.12").release_id != ids["0.5.9"], path
 
 
-# ----- pip's real resolver -----
-def resolvable(spec: dict, standins: Path | None) -> tuple[dict, list[str]]:
-    """The spec as it is resolved here: unreachable sources replaced by the stand-ins."""
-    spec = copy.deepcopy(spec)
-    extra = ["--use-feature=fast-deps"]
-    if standins is not None:
-        spec["components"]["torch"].update(index_url="", extra_index_urls=[])
-        spec["components"]["sgl_kernel"]["wheel_url"] = str(next(standins.glob("sgl_kernel-*.whl")))
-        extra.append(f"--find-links={standins}")
-    return spec, extra
+# ----- the set files and the command that makes them -----
+def test_the_supported_sets_are_the_files_and_the_role_renders_each():
+    """The role's choices are the set files (a set is supported by its file), 0.5.23 the newest."""
+    options = yaml.safe_load((ROOT / "roles/sglang_build/meta/argument_specs.yml").read_text())
+    choices = options["argument_specs"]["main"]["options"]["sglang_build_release_set"]["choices"]
+    assert [str(c) for c in choices] == SETS == ["0.5.9", "0.5.17", "0.5.23"]
+    for version in SETS:
+        data = committed(version)
+        assert data["sglang"] == data["install"]["sglang_version"] == version
+        assert data["resolution"]["resolved"]["sglang"] == version
 
 
-def run_resolve(spec: dict, extra: list[str], tmp_path: Path) -> tuple[int, dict]:
-    spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(spec))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k == "PIP_CERT"}
-    env["PIP_CONFIG_FILE"] = os.devnull  # PyPI's answer, not this machine's pip configuration
-    proc = subprocess.run([sys.executable, str(ROOT / "roles/sglang_build/files/sglang_release.py"), "resolve",
-                           "--spec", str(spec_file), "--python-version", TARGET["python_version"],
-                           "--glibc", TARGET["glibc"], *(f"--pip-arg={a}" for a in extra)],
-                          capture_output=True, text=True, env=env, timeout=1500)
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    return proc.returncode, json.loads(proc.stdout)
-
-
-def cached_resolve(spec: dict, extra: list[str], standins: Path | None, tmp_path: Path) -> dict:
-    pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True).stdout.split()[1]
-    material = {"spec": {k: spec[k] for k in ("components", "pip", "torch_local_version")}, "extra": extra[:1],
-                "target": TARGET, "pip": pip, "standins": STANDINS_059 if standins else None}
-    key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
-    cached = CACHE / f"{spec['release_set']}-{key}.json"
-    if cached.exists() and time.time() - cached.stat().st_mtime < WEEK:
-        result = json.loads(cached.read_text())
-        # Still what the tool would resolve: the requirements it derives today from the same metadata.
-        sglang = spec["components"]["sglang"]
-        steps = rel.install_steps(sb.Build(copy.deepcopy(spec), python_version="3.12"), result["derived"],
-                                  sglang.get("wheel_url") or f"sglang=={sglang['version']}")
-        if [r for s in steps if not s.get("override") for r in s["requirements"]] == result["requirements"]:
-            return result
-    rc, result = run_resolve(spec, extra, tmp_path)
-    assert rc == 0, result.get("msg") or result.get("problems")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(".part")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, cached)
-    return result
+def test_the_role_installs_what_the_set_resolved(specs):
+    """The venv phase's requirements for each rendered set are the ones the set file's resolution resolved."""
+    for version in SETS:
+        data, spec = committed(version), specs[version]
+        steps = rel.install_steps(sb.Build(copy.deepcopy(spec), python_version="3.12"),
+                                  data["resolution"]["derived"], f"sglang=={version}")
+        assert [r for st in steps if not st.get("override") for r in st["requirements"]] == \
+            data["resolution"]["requirements"], version
+        assert spec["pip"]["overrides"] == data["install"]["pip_overrides"]
+        assert spec["components"]["sglang"]["mode"] == data["install"]["sglang_mode"]
+        assert spec["torch_local_version"] == data["install"]["torch_local_version"]
 
 
 @pytest.fixture(scope="module")
-def standins(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("standins")
-    for name, version, tag, requires in STANDINS_059:
-        make_wheel(directory, name, version, tag, requires)
-    return directory
+def made() -> dict:
+    """Each set as the command makes it now (in-process; resolutions cached by the command)."""
+    out = {}
+    for version in SETS:
+        args = rset.parser().parse_args([version, "--sets-dir", str(SETS_DIR)])
+        data, took = rset.make(args)
+        out[version] = (data, took)
+    return out
 
 
-@pytest.mark.parametrize("name", ["0.5.9", "0.5.17"])
-def test_each_set_resolves_with_all_its_dependencies(name, specs, standins, tmp_path, capsys):
-    spec, extra = resolvable(specs[name], standins if name == "0.5.9" else None)
-    result = cached_resolve(spec, extra, standins if name == "0.5.9" else None, tmp_path)
+@pytest.mark.parametrize("name", ["0.5.9", "0.5.17", "0.5.23"])
+def test_each_set_resolves_with_all_its_dependencies(name, made, capsys):
+    data, took = made[name]
+    result, install = data["resolution"], data["install"]
     got, derived = result["resolved"], result["derived"]
     with capsys.disabled():
-        print(f"\n[release set {name}] {result['count']} distributions for Python {result['python']}, glibc "
-              f"{result['glibc']}: " + ", ".join(f"{k} {v}" for k, v in result["highlights"].items())
+        print(f"\n[release set {name}] {result['count']} distributions for Python 3.12, glibc 2.39: "
+              + ", ".join(f"{k} {v}" for k, v in result["highlights"].items())
               + (f"; overrides: {result['overrides']}" if result["overrides"] else "")
-              + ("; STAND-INS for PyTorch's cu130 index and the sgl-kernel cu130 wheel" if name == "0.5.9" else ""))
-    assert result["problems"] == []
-    local = spec["torch_local_version"]
+              + "".join(f"; STAND-IN {st['dist']} {st['version']}" for st in result["standins"])
+              + (" (resolution cached)" if took["resolution"].get("cached")
+                 else f" (resolved in {took['resolution'].get('seconds')} s)"))
+    local = install["torch_local_version"]
     assert got["torch"] == derived["torch"] + local
     assert all(rel.local(got[c]) == local for c in rel.TORCH_COMPANIONS)  # one CUDA build for the family
     kernel = derived["kernel"]
     assert rel.same_version(got[kernel["dist"]], kernel["version"])
     assert not ({"sgl-kernel", "sglang-kernel"} - {kernel["dist"]}) & set(got)  # never both kernel packages
     assert got["flashinfer-python"] == derived["flashinfer"]["version"]
-    assert got["sglang"] == spec["components"]["sglang"]["version"]
+    assert got["sglang"] == name
     cudnn = got["nvidia-cudnn-cu13"]  # a CUDA 13 cuDNN, as the driver 580 / CUDA 13.0 host needs
     assert "nvidia-cudnn-cu12" not in got
     if name == "0.5.9":
         # torch 2.9.1+cu130's own cuDNN is one SGLang 0.5.9 refuses for Kimi-K2.5; the override replaces it.
         assert tuple(map(int, cudnn.split(".")[:2])) < (9, 15)
         assert tuple(map(int, result["overrides"]["nvidia-cudnn-cu13"].split(".")[:2])) >= (9, 15)
+        # PyTorch's index and GitHub are not reachable here: the torch family and the kernel wheel stand in.
+        if "unreachable" in took:
+            assert {s["dist"] for s in result["standins"]} == {"torch", "torchaudio", "torchvision", "sgl-kernel"}
+    else:
+        assert result["standins"] == []  # PyPI serves their torch, a CUDA 13.0 build, and all of its libraries
+    # What pip resolves is what the committed file pins (the stand-ins too, where this machine needs them),
+    # and what the release's source says is what the file says (test_release_source.py reads the files).
+    if name != "0.5.9" or "unreachable" in took:
+        assert result == committed(name)["resolution"]
+    assert data["source"] == committed(name)["source"]
+
+
+@pytest.mark.parametrize("name", ["0.5.17", "0.5.23"])
+def test_the_command_reproduces_the_committed_set(name, made):
+    """Everything in the file: the pins, what the release's source says, the review against the set before."""
+    data, _ = made[name]
+    assert rset.dump(data) == (SETS_DIR / f"{name}.json").read_text()
+
+
+def run_command(*args: str, sets_dir: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k == "PIP_CERT"}
+    return subprocess.run([sys.executable, str(COMMAND), *args, "--sets-dir", str(sets_dir)], capture_output=True,
+                          text=True, env=env, timeout=900, check=False)
+
+
+@pytest.fixture
+def own_cache(tmp_path) -> Path:
+    """A cache of the test's own (its TEST DOUBLE index's wheels and resolutions stay out of the shared one),
+    holding the pinned pip the command runs (downloaded into the shared cache once)."""
+    shared = rset.Pip(rset.CACHE, rset.DEFAULT_INDEX).cmd[1].rsplit("/", 1)[0]
+    cache = tmp_path / "cache"
+    (cache / "pip").mkdir(parents=True)
+    shutil.copy2(shared, cache / "pip")
+    return cache
+
+
+def listing(directory: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_the_command_line_rewrites_0_5_23_byte_for_byte(made, tmp_path):
+    """The operator's command, run for 0.5.23 in a copy of the sets without it: the same file, and nothing else."""
+    sets = tmp_path / "sets"
+    shutil.copytree(SETS_DIR, sets)
+    (sets / "0.5.23.json").unlink()  # made anew: its inputs are the defaults, with the committed cutoff
+    proc = run_command("0.5.23", "--uploaded-prior-to", committed("0.5.23")["inputs"]["uploaded_prior_to"],
+                       sets_dir=sets)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Changed since 0.5.17:" in proc.stdout and f"wrote {sets / '0.5.23.json'}" in proc.stdout
+    assert listing(sets) == listing(SETS_DIR)  # the same bytes, no leftovers
+    check = run_command("0.5.23", "--check", sets_dir=sets)
+    assert check.returncode == 0 and "0.5.23.json: unchanged" in check.stdout, check.stderr[-2000:]
+
+
+def test_a_version_pypi_does_not_have_fails_naming_it_and_writes_nothing(tmp_path):
+    sets = tmp_path / "sets"
+    shutil.copytree(SETS_DIR, sets)
+    before = listing(sets)
+    proc = run_command("0.5.999", sets_dir=sets)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "sglang==0.5.999 has no wheel for Python 3.12" in proc.stderr
+    assert "No matching distribution found for sglang==0.5.999" in proc.stderr
+    assert "Nothing was written." in proc.stderr and listing(sets) == before
+
+
+def fake_index(root: Path, wheels: list[tuple[str, str, list[str]]], sglang_files: dict | None = None) -> str:
+    """TEST DOUBLE: a local PEP 503 index holding empty wheels with the given requirements (and, for sglang,
+    the given files), so that pip's real resolver meets a conflict, or a source this reader cannot read."""
+    (root / "w").mkdir(parents=True)
+    links: dict[str, list[str]] = {}
+    for name, version, requires in wheels:
+        whl = rset.make_wheel(root / "w", name, version, "py3-none-any", requires)
+        if name == "sglang" and sglang_files:
+            with zipfile.ZipFile(whl, "a") as zf:
+                for member, text in sglang_files.items():
+                    zf.writestr(member, text)
+        links.setdefault(name, []).append(f'<a href="../../w/{whl.name}">{whl.name}</a>')
+    for name, anchors in links.items():
+        (root / "simple" / name).mkdir(parents=True)
+        (root / "simple" / name / "index.html").write_text("\n".join(anchors))
+    return (root / "simple").as_uri()
+
+
+def test_a_conflict_fails_naming_it_and_writes_nothing(tmp_path, own_cache):
+    index = fake_index(tmp_path / "index", [
+        ("sglang", "0.5.999", ["torch==9.9.9", "flashinfer-python==1.0", "transformers==1.0"]),
+        ("torch", "9.9.9", []), ("flashinfer-python", "1.0", ["tokenizers>=2"]),
+        ("transformers", "1.0", ["tokenizers<2"]), ("tokenizers", "1.0", []), ("tokenizers", "2.0", [])])
+    sets = tmp_path / "sets"
+    shutil.copytree(SETS_DIR, sets)
+    before = listing(sets)
+    proc = run_command("0.5.999", "--index-url", index, "--cache-dir", str(own_cache), sets_dir=sets)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "The conflict is caused by:" in proc.stderr, proc.stderr[-3000:]
+    assert "flashinfer-python 1.0 depends on tokenizers>=2" in proc.stderr
+    assert "transformers 1.0 depends on tokenizers<2" in proc.stderr
+    assert "Nothing was written." in proc.stderr and listing(sets) == before
+
+
+def test_a_release_whose_source_cannot_be_read_fails_naming_the_file_and_writes_nothing(tmp_path, own_cache):
+    index = fake_index(tmp_path / "index", [
+        ("sglang", "0.5.999", ["torch==9.9.9", "flashinfer-python==1.0"]), ("torch", "9.9.9", []),
+        ("flashinfer-python", "1.0", [])], sglang_files={"sglang/__init__.py": ""})
+    sets = tmp_path / "sets"
+    shutil.copytree(SETS_DIR, sets)
+    before = listing(sets)
+    proc = run_command("0.5.999", "--index-url", index, "--cache-dir", str(own_cache), sets_dir=sets)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "has no sglang/srt/server_args.py" in proc.stderr, proc.stderr[-3000:]
+    assert "Nothing was written." in proc.stderr and listing(sets) == before
 
 
 def test_a_conflicting_pin_fails_naming_the_conflict(specs, tmp_path):
-    """Never cached: pip's resolver is asked every time, and must refuse."""
-    spec, extra = resolvable(specs["0.5.17"], None)
+    """The role's spec resolved by `sglang_release.py resolve --spec` (the check an operator runs before an
+    upgrade), with an extra pin that conflicts. Never cached: pip's resolver is asked every time, and must refuse."""
+    spec = copy.deepcopy(specs["0.5.17"])
     spec["pip"]["extra_packages"] = ["transformers==4.57.1"]  # 0.5.9's, beside 0.5.17
-    rc, result = run_resolve(spec, extra, tmp_path)
-    assert rc == 1 and result["failed"]
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k == "PIP_CERT"}
+    env["PIP_CONFIG_FILE"] = os.devnull  # PyPI's answer, not this machine's pip configuration
+    proc = subprocess.run([sys.executable, str(ROOT / "roles/sglang_build/files/sglang_release.py"), "resolve",
+                           "--spec", str(spec_file), "--python-version", TARGET["python_version"],
+                           "--glibc", TARGET["glibc"], "--pip-arg=--use-feature=fast-deps"],
+                          capture_output=True, text=True, env=env, timeout=1500, check=False)
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 1 and result["failed"]
     assert "The user requested transformers==4.57.1" in result["msg"], result["msg"]
     assert "sglang 0.5.17 depends on transformers==5.12.1" in result["msg"], result["msg"]

@@ -107,22 +107,49 @@ class CheckSteps:
         arch = self.arch_check(found["flashinfer_include"])
         if arch["status"] == "failed":
             problems.append(f"the FlashInfer unit did not compile to the target arch: {json.dumps(arch)[:2000]}")
+        imports = self.import_check(py)
+        if imports["status"] == "failed":
+            problems.append(f"the release does not import whole: {imports['summary']}")
         aot = self.aot_check()
         if aot["status"] == "failed":
             problems += [f"FlashInfer module {p}" for p in aot.get("problems", [])] or \
                 [f"FlashInfer modules: {aot['reason']}"]
         result = {"release_id": self.release_id, "versions": found["versions"], "sglang_dir": found["sglang_dir"],
                   "model_files": len(found["model_files"]), "arch_check": arch, "flashinfer_aot": aot,
-                  "problems": problems}
+                  "imports": imports, "problems": problems}
         if problems:
             raise BuildError("post-build checks failed: " + "; ".join(problems))
         if self.complete:
             return dict(result, changed=False)
-        write_json(self.release / "manifest.json", self.manifest(found, arch, aot))
+        write_json(self.release / "manifest.json", dict(self.manifest(found, arch, aot), imports=imports))
         (self.release / f".{COMPLETE}.tmp").write_text(time.strftime("%Y-%m-%dT%H:%M:%S%z\n"))
         os.replace(self.release / f".{COMPLETE}.tmp", self.release / COMPLETE)
         log(f"release {self.release_id} complete", self.logfile)
         return dict(result, changed=True)
+
+    def import_check(self, py: str) -> dict:
+        """torch, sgl_kernel (its library for the host's compute capabilities), flashinfer and deep_gemm imported
+        by the release's own Python (sglang_import_check.py beside the package: what it evaluates, what it cannot).
+        A failure keeps the release from being marked complete; `inconclusive` is recorded with its reasons.
+        A complete release (re-verified) is imported without touching the GPUs: it may be serving on them."""
+        script = Path(__file__).resolve().parent.parent / "sglang_import_check.py"
+        cmd = [py, str(script)]
+        for cc in self.spec.get("compute_capabilities") or []:
+            cmd += ["--compute-capability", str(cc)]
+        if self.spec["pip"]["no_deps"]:
+            cmd.append("--installed-without-deps")
+        if self.complete:  # re-verified: it may be the release serving on these GPUs
+            cmd.append("--no-cuda")
+        started = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=self.base_env(), check=False)
+        try:
+            result = json.loads(proc.stdout)
+        except ValueError:
+            return {"status": "failed", "summary": f"the import check did not run (exit {proc.returncode}): "
+                                                   f"{(proc.stdout + proc.stderr)[-1500:]}", "imports": {}}
+        result["seconds"] = round(time.monotonic() - started, 1)
+        log(f"import check: {result['status']}: {result['summary']}", self.logfile)
+        return result
 
     def pip_check(self, py: str) -> dict:
         """`pip check` of the release: a broken requirement fails it, except those of an override (expected).

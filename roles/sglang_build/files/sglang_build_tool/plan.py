@@ -37,8 +37,9 @@ class BuildError(Exception):
     """A step failed; the message says which and shows the end of its output."""
 
 
-# Each kind is one of FlashInfer 0.6.3's JIT module generators, called with the arguments its
-# Python API passes (flashinfer_aot.jit_spec). Parameters and their defaults; None: derived.
+# Each kind is one of FlashInfer's JIT module generators (0.6.3, 0.6.15.post1 and 0.7.2 take the same
+# arguments), called with the arguments its Python API passes (flashinfer_aot.jit_spec). Parameters and
+# their defaults; None: derived.
 AOT_FLAGS = {"pos_encoding_mode": 0, "sliding_window": False, "logits_soft_cap": False}
 
 
@@ -117,13 +118,16 @@ def arch_major(arch: str) -> int:
 
 
 def derive_aot_modules(aot: dict, arch_list: str) -> list[dict]:
-    """The FlashInfer JIT modules SGLang 0.5.9 loads for a DeepSeek-V3-architecture model
-    (Kimi-K2.5) with these server settings, on these archs (see the role's README).
+    """The FlashInfer JIT modules SGLang loads for a DeepSeek-V3-architecture model (Kimi-K2.5)
+    with these server settings, on these archs (see the role's README).
 
     In 0.5.9 the norms, RoPE, activation and sampling kernels on CUDA are sgl-kernel's own,
     compiled into its wheel; FlashInfer's JIT is reached through the attention backend and the
-    all-reduce fusion only. The automatic attention backend for this model is triton on SM120,
-    fa3 on SM90 and trtllm_mla on SM100: no FlashInfer module is compiled for it.
+    all-reduce fusion only. From 0.5.17 the sampler takes its top-k/top-p/min-p kernels from
+    flashinfer.sampling (`sampling`: the set's source says so). The automatic attention backend for
+    this model is triton on SM120, fa3 on SM90 and trtllm_mla on SM100: no FlashInfer attention
+    module is compiled for it. An MLA draft (Eagle3DeepseekV2ForCausalLM, 0.5.17 on) runs on the
+    target's FlashInfer MLA backend with its own config's dims: Kimi-K2.x's layout, the target's modules.
     """
     archs = arch_list.split()
     if aot.get("modules"):
@@ -136,12 +140,21 @@ def derive_aot_modules(aot: dict, arch_list: str) -> list[dict]:
             mods.append({"kind": "mla", "backend": backend, "head_dim_ckv": MLA_CKV, "head_dim_kpe": MLA_KPE})
             mods.append({"kind": "prefill", "backend": backend, "head_dim_qk": MLA_QK, "head_dim_vo": MLA_VO})
         if str(aot.get("speculative_algorithm", "")).upper() in ("EAGLE", "EAGLE3"):
-            # The draft (a Llama layer, MHA) on FlashInfer's MHA backend: paged and ragged prefill,
-            # decode (tensor-core decode is the prefill module), merge_state for extend.
-            head = int(aot["draft_head_dim"])
-            for backend in backends:
-                mods.append({"kind": "prefill", "backend": backend, "head_dim_qk": head})
-            mods += [{"kind": "decode", "head_dim": head}, {"kind": "cascade"}]
+            if aot.get("draft_attention", "mha") == "mla":
+                # FlashInferMLA(MultiStepDraft)AttnBackend with the draft's kv_lora_rank, rope, nope and v dims:
+                # the MLA draft of Kimi-K2.x keeps the target's layout, so its modules are the target's (above).
+                for backend in backends:
+                    mods.append({"kind": "mla", "backend": backend, "head_dim_ckv": MLA_CKV, "head_dim_kpe": MLA_KPE})
+                    mods.append({"kind": "prefill", "backend": backend, "head_dim_qk": MLA_QK, "head_dim_vo": MLA_VO})
+            else:
+                # The draft (a Llama layer, MHA) on FlashInfer's MHA backend: paged and ragged prefill,
+                # decode (tensor-core decode is the prefill module), merge_state for extend.
+                head = int(aot["draft_head_dim"])
+                for backend in backends:
+                    mods.append({"kind": "prefill", "backend": backend, "head_dim_qk": head})
+                mods += [{"kind": "decode", "head_dim": head}, {"kind": "cascade"}]
+    if aot.get("sampling"):
+        mods.append({"kind": "sampling"})  # flashinfer.sampling: top_k_top_p / min_p sampling from probs
     if aot.get("allreduce_fusion") and any(arch_major(a) in (9, 10) for a in archs):
         mods.append({"kind": "trtllm_comm"})  # SGLang 0.5.9 fuses only on SM90 and SM100
     return dedupe([canonical_module(d, "derived module") for d in mods])
