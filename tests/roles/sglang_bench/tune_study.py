@@ -54,17 +54,26 @@ def main() -> int:
         for name in args.responses.split(","):
             rng = random.Random(f"{args.seed}-{host}-{name}")
             began = time.monotonic()
-            hits, restarts = 0, []
+            hits, restarts, served = 0, [], []
             for _ in range(args.trials):
                 tuning = tunehost.tune_host(settings, tunehost.RESPONSES[name], rng, run_cv, start_cv)
                 hits += tunehost.outcome(name, tuning)
                 restarts.append(tuning.restarts)
+                served.append((tuning.served, tunehost.RESPONSES[name](tuning.served)))
             lo, hi = wilson(hits, args.trials)
             restarts.sort()
             print(f"{host:15s} (runs {run_cv:.1%}, starts {start_cv:.1%}) {name:22s}: {hits / args.trials:6.1%} "
                   f"[{lo:.1%}, {hi:.1%}]  restarts mean {statistics.fmean(restarts):.1f}, median "
                   f"{statistics.median(restarts):g}, p90 {restarts[int(0.9 * len(restarts))]}, max {restarts[-1]} "
                   f"({time.monotonic() - began:.0f} s)", flush=True)
+            if name.startswith("interior"):  # what served, beside the acceptance's event
+                start = tunehost.RESPONSES[name](tunehost.START)
+                kept = sum(p == tunehost.START for p, _v in served)
+                better = sum(v > start for p, v in served if p != tunehost.START)
+                worse = sum(v < start for _p, v in served)
+                print(f"{'':52s}  the start kept {kept / args.trials:.1%}, a better setting served "
+                      f"{better / args.trials:.1%}, a worse one {worse / args.trials:.1%}; mean gain served "
+                      f"{statistics.fmean(v / start - 1 for _p, v in served):+.2%}", flush=True)
     return 0
 
 
