@@ -25,33 +25,36 @@ candidate costs a server restart (8-10 minutes of weight loading on the referenc
 costs seconds, so restarts are what must be few; successive halving saves runs, not restarts (every
 candidate of its first round is started).
 
-The statistics are the bench gate's (files/sglang_bench_report.py: Welch's t-test on the per-run
-values, its power for the runs needed). On the reference host one run's tok/s spreads by about 5%,
-so two equal settings measured with 5 runs each differ by 3% (one standard deviation): a
-threshold on means moves on noise.
-  - A move (the search's): a one-sided Welch's t-test ("the candidate is faster") rejects at
-    1 - confidence AND the observed gain is above min_gain_pct. A candidate gets `runs` runs (the
-    start START_RUNS_FACTOR x as many, the best BEST_RUNS_FACTOR x when the search moves to it,
-    while the server runs them: no restart). An inconclusive comparison with a gain above
-    min_gain_pct gets more runs, as many as 80% power at the observed difference needs, on the
-    candidate while the server runs it, on the best when the candidate alone cannot resolve it: at
-    most LOOKS looks per comparison and MAX_RUNS_FACTOR x `runs` runs per point. Repeated looks: two
-    equal settings make a move in at most LOOKS x (1 - confidence) of comparisons (Bonferroni over
-    the looks; the unit tests measure it). A false move costs restarts, not the served settings:
-  - The served settings: after the search the best point gets `runs` fresh runs (the final restart
-    onto it; the runs that selected it are biased upwards and are left out), and it serves only when
-    they are faster than the start's runs by the same test and gain, at (1 - confidence) /
-    CONFIRM_LOOKS per look, at most CONFIRM_LOOKS looks (Bonferroni). Whatever the search did, a
-    winner no faster than the start serves in at most 1 - confidence of tunings; otherwise the start's
-    settings stay ("no significant gain"). The report gives the gain with its interval.
-  A start of the server has its own speed, which its runs do not show (docs/validation/sglang_serve-h200:
-  session means of equal settings moved by 0.8-13.7% between restarts). The served settings' test
-  (the winner's fresh runs on their own start against the start's) adds it as a known variance,
-  restart_cv_pct (sglang_bench_restart_cv_pct, the gate's figure) of each mean: no number of runs
-  reduces it, so a gain must stand out of it. The search's moves leave it out (two of its points are
-  two starts too): a move it makes on a lucky start costs restarts, never the served settings.
-  The budget keeps what the end needs (a restart onto the winner, its fresh runs, a restart back to
-  the start) and stops the search before a measurement that would not leave it.
+The unit of evidence is a start of the server, not a run: every run of one start shares that start's
+speed, which none of them shows (the toy on the H200 moved 0.8-13.7% between restarts of one setting,
+docs/validation/sglang_serve-h200; an 8B shape with CUDA graphs there 0.1-0.9%, issue 40). A point's
+figure is the mean of its starts' means, and two points are compared with the gate's test over starts
+(files/sglang_bench_report.py: starts_test, each start's mean spread by its runs and by the host's
+start-to-start spread, Satterthwaite's degrees of freedom). That spread is measured here, never assumed
+(restart_spread: the points measured on two starts or more, pooled, with their degrees of freedom): the
+first comparison's reference gets a second start (A/B/A) before anything is decided, and every further
+start of a point measured before adds to it. Role sglang_server restarts only when the settings change,
+so a point gets a new start only after another point ran: the starts interleave (A/B/A/B).
+  - A move (the search's): a one-sided test over starts ("the candidate is faster") rejects at
+    1 - confidence AND the observed gain is above min_gain_pct. A candidate gets one start of `runs`
+    runs (the start START_RUNS_FACTOR x as many). An inconclusive comparison with a gain above
+    min_gain_pct gets what pays more power per minute at the observed difference: more runs on the
+    start the server runs (no restart; while its runs, not the spread between starts, limit it) or a
+    start of the other point (a restart); at most LOOKS looks per comparison, MAX_STARTS starts of a
+    point and MAX_RUNS_FACTOR x `runs` runs per start, and none when even MAX_STARTS starts of each
+    could not resolve it (power below HOPE): restarts are spent where they decide something. Repeated
+    looks: two equal settings make a move in at most LOOKS x (1 - confidence) of comparisons
+    (Bonferroni; the unit tests measure it). A false move costs restarts, not the served settings:
+  - The served settings: after the search, fresh starts of the best point and of the start, in pairs,
+    interleaved (the runs and the starts that selected the best are biased upwards, and the start's were
+    the reference those selections were made against), as many pairs as 80% power at the gain the search
+    saw needs (at most CONFIRM_MAX_PAIRS, and what the budget leaves); the best serves only when its fresh
+    starts are faster than the start's by the same test and gain, at (1 - confidence) / CONFIRM_LOOKS per
+    look, at most CONFIRM_LOOKS looks (Bonferroni). Whatever the search did, a winner no faster than the
+    start serves in at most 1 - confidence of tunings; otherwise the start's settings stay ("no
+    significant gain"). The report gives the gain with its interval and the spread it used.
+  The budget keeps what the end needs at least (one pair of fresh starts, a restart back to the start)
+  and stops the search before a measurement that would not leave it; the confirmation spends the rest.
 
 Commands (JSON on stdout; a bad setting exits 2 naming its variable):
   plan   --state FILE [--check]     settings JSON on stdin; the grid, the budget, the estimate
@@ -70,8 +73,10 @@ from .rules import (
     AXES,
     BEST_RUNS_FACTOR,
     CONFIRM_LOOKS,
+    CONFIRM_MAX_PAIRS,
     LOOKS,
     MAX_RUNS_FACTOR,
+    MAX_STARTS,
     OBJECTIVES,
     SEARCH_ORDER,
     START_RUNS_FACTOR,
@@ -88,14 +93,16 @@ from .rules import (
 )
 from .search import UNKNOWN, Ask, BudgetSpent, Search, drive, serving
 from .state import State, record
-from .stats import Sample, gate, objective_values, one_sided
+from .stats import Sample, Start, gate, objective_values, one_sided
 
 __all__ = [
     "AXES",
     "BEST_RUNS_FACTOR",
     "CONFIRM_LOOKS",
+    "CONFIRM_MAX_PAIRS",
     "LOOKS",
     "MAX_RUNS_FACTOR",
+    "MAX_STARTS",
     "OBJECTIVES",
     "SEARCH_ORDER",
     "START_RUNS_FACTOR",
@@ -107,6 +114,7 @@ __all__ = [
     "LaunchRule",
     "Point",
     "Sample",
+    "Start",
     "Search",
     "State",
     "TuneError",

@@ -9,7 +9,6 @@ from typing import Any
 
 from .rules import (
     AXES,
-    CONFIRM_LOOKS,
     MAX_RUNS_FACTOR,
     OBJECTIVES,
     START_RUNS_FACTOR,
@@ -37,7 +36,6 @@ class Config:
     run_minutes: float
     budget_minutes: float
     launch: LaunchRule | None = None
-    restart_cv: float = 0.0
 
     @classmethod
     def from_settings(cls, raw: dict[str, Any], require_start: bool = True) -> Config:
@@ -90,20 +88,18 @@ class Config:
         budget = float(raw.get("budget_minutes", 180))
         if restart <= 0 or measure <= 0:
             raise TuneError(f"{VAR}restart_minutes and {VAR}measure_minutes must be positive, got {restart} and {measure}")
-        restart_cv = float(raw.get("restart_cv_pct", 0.0))
-        if restart_cv < 0:
-            raise TuneError(f"sglang_bench_restart_cv_pct must not be negative, got {restart_cv}")
         config = cls(axes, start, objective, weight, concurrency, min_gain / 100.0, confidence, runs,
                      bool(raw.get("baseline", False)), restart, measure / runs, budget,
-                     LaunchRule.from_settings(raw.get("launch")), restart_cv / 100.0)
+                     LaunchRule.from_settings(raw.get("launch")))
         if start_raw and config.launch and (why := config.launch.refusal(start)):
             raise TuneError(f"{VAR}start is not a setting this server can start with: {why}")
         if config.max_candidates() < 1:
             raise TuneError(f"{VAR}budget_minutes ({budget:g}) is too small for one candidate: one takes "
                             f"{config.candidate_minutes:g} min ({VAR}restart_minutes + {VAR}measure_minutes), plus "
                             f"{config.fixed_minutes():g} min for the start's runs, "
-                            f"{'the baseline, ' if config.baseline else ''}the winner's fresh runs and two "
-                            f"restarts at the end (onto the winner, back to the start when it is not confirmed)")
+                            f"{'the baseline, ' if config.baseline else ''}and at least one pair of fresh starts "
+                            f"of the winner and of the start at the end (two restarts, their runs) and a restart "
+                            f"back to the start when the winner is not confirmed")
         if not config.grid():
             raise TuneError(f"{VAR}num_steps, {VAR}eagle_topk and {VAR}num_draft_tokens leave no point that SGLang "
                             f"accepts")
@@ -139,22 +135,24 @@ class Config:
         return MAX_RUNS_FACTOR * self.runs
 
     def reserve_minutes(self) -> float:
-        """Kept for the end: the restart onto the winner, its fresh runs, the restart back to the start."""
-        return 2 * self.restart_minutes + self.runs * self.run_minutes
+        """Kept for the end at least: one pair of fresh starts (the winner's and the start's, `runs` runs
+        each) and a restart back to the start (the search keeps more when its best needs more pairs)."""
+        return 3 * self.restart_minutes + 2 * self.runs * self.run_minutes
 
     def fixed_minutes(self) -> float:
         return (self.start_runs * self.run_minutes + self.reserve_minutes()
                 + (self.candidate_minutes if self.baseline else 0.0))
 
     def max_candidates(self) -> int:
-        """Candidates the budget pays for at `runs` runs each (fewer when comparisons need more runs)."""
+        """Candidates the budget pays for at `runs` runs each (fewer when comparisons need more runs or starts)."""
         return math.floor((self.budget_minutes - self.fixed_minutes()) / self.candidate_minutes + 1e-9)
 
     def max_measurements(self) -> int:
         """An upper bound on the measurements (`next` answers with a candidate): each costs at least
-        `runs` runs, and the start's and the winner's are paid apart."""
-        looks = math.floor((self.budget_minutes - self.fixed_minutes()) / (self.runs * self.run_minutes) + 1e-9)
-        return 1 + (1 if self.baseline else 0) + max(0, looks) + CONFIRM_LOOKS
+        `runs` runs, the start's paid apart."""
+        runs = math.floor((self.budget_minutes - self.start_runs * self.run_minutes) / (self.runs * self.run_minutes)
+                          + 1e-9)
+        return 1 + max(0, runs)
 
     def why_not(self, point: Point) -> str | None:
         """Why the point cannot serve: SGLang's rules on the three settings, then the launch facts of this

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
-from .rules import CONFIRM_LOOKS, LOOKS, Point, as_vars, label_of
+from .rules import CONFIRM_LOOKS, LOOKS, MAX_STARTS, Point, as_vars, label_of
 from .search import UNKNOWN, serving
 from .state import State
 
@@ -32,11 +32,11 @@ def summary(state: State) -> dict[str, Any]:
     start_vals = search.values(config.start)
     base = search.samples.get(None)
     speedup = None
-    serve_single = search.fresh.single if search.winner and search.fresh.single else (
-        search.samples[serve].single if serve in search.samples else [])
+    serve_single = search.samples[serve].single if serve in search.samples else []
     if base and not base.failed and base.single and serve_single:
         speedup = statistics.fmean(serve_single) / statistics.fmean(base.single)
     final = search.final
+    spread = search.spread()
     return {
         "objective": config.objective,
         "confidence": config.confidence,
@@ -57,6 +57,12 @@ def summary(state: State) -> dict[str, Any]:
         "runs": sum(len(m.get("single") or []) for m in state.measurements),
         "failed": sorted({m["label"] for m in state.measurements if m["status"] != "ok"}),
         "restarts": restarts(config, state.measurements, serve),
+        # the host's start-to-start spread the decisions used, measured from its repeated starts
+        "spread": None if spread is None else {"cv_pct": spread["cv"] * 100, "df": spread["df"],
+                                               "starts": spread["starts"], "points": spread["settings"],
+                                               "between_pct": spread["between_cv"] * 100,
+                                               "within_pct": spread["within_cv"] * 100},
+        "confirm_pairs": search.confirm_pairs,
         "minutes_used": round(search.used_minutes, 1),
         "grid_points": len(config.grid()),
         "full_grid_restarts": len(config.grid()) + (1 if config.baseline else 0),
@@ -93,21 +99,25 @@ def render(state: State, result: dict[str, Any], plot: str | None) -> str:
     config = state.config
     search, _pending = state.replay()
     conf = f"{config.confidence * 100:g}%"
-    rows = [("| Candidate | steps | topk | draft tokens | status | runs (measurements) | single tok/s (mean) | range |"
-            " accept length | aggregate tok/s | objective (mean) |"),
+    rows = [("| Candidate | steps | topk | draft tokens | status | runs (starts; of them fresh) | single tok/s (mean) | range |"
+            " accept length | aggregate tok/s | objective (mean over starts) |"),
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for e in state.results():
         point = e["point"] or ["-", "-", "-"]
         key = None if e["point"] is None else tuple(e["point"])
         mark = " (winner)" if e["label"] == result["serving_label"] and result["winner"] else (
             " (start)" if key == config.start else "")
-        values = search.values(key) if key is not None else []
-        if not values:
+        starts = search.starts(key)
+        sample = search.samples.get(key)
+        if not starts:
             objective = "-"
         else:
-            objective = fmt(statistics.fmean(values), 3) if config.objective == "mix" else fmt(statistics.fmean(values))
+            mean = statistics.fmean(statistics.fmean(v) for v in starts)
+            objective = fmt(mean, 3) if config.objective == "mix" else fmt(mean)
+        n_starts = len(sample.starts) if sample else 0
+        fresh = len(sample.of("confirm")) if sample else 0
         rows.append(f"| {e['label']}{mark} | {point[0]} | {point[1]} | {point[2]} | {e['status']} | "
-                    f"{e['runs']} ({e['measurements']}) | {fmt(e['single_tok_s'])} | "
+                    f"{e['runs']} ({n_starts}{'; ' + str(fresh) if fresh else ''}) | {fmt(e['single_tok_s'])} | "
                     f"{(fmt(e['min_tok_s']) + '-' + fmt(e['max_tok_s'])) if e['min_tok_s'] is not None else '-'} | "
                     f"{fmt(e['accept_length'], 2)} | {fmt(e['aggregate_tok_s'])} | "
                     f"{objective} |")
@@ -115,25 +125,34 @@ def render(state: State, result: dict[str, Any], plot: str | None) -> str:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for c in search.comparisons:
         last = c["looks"][-1] if c["looks"] else None
-        gain = f"{last['gain'] * 100:+.1f}% ({last['n']} vs {last['n_ref']} runs)" if last else "-"
+        gain = (f"{last['gain'] * 100:+.1f}% ({last['starts']} vs {last['starts_ref']} starts, {last['n']} vs "
+                f"{last['n_ref']} runs)" if last else "-")
         moves.append(f"| {label_of(c['candidate'])} | {label_of(c['best'])} | {len(c['looks'])} | "
                      f"{gain} | "
                      f"{fmt_p(last['p']) if last else '-'} | {fmt_p(last['alpha']).replace('p=', '') if last else '-'} | "
                      f"{c['result']} |")
     winner = result["winner"]
     final = search.final
+    spread = result["spread"]
+    spread_text = (f"{spread['cv_pct']:.2f}% of a start's mean, measured from {spread['starts']} starts of "
+                   f"{spread['points']} points measured more than once ({spread['df']} degrees of freedom; their "
+                   f"means spread {spread['between_pct']:.2f}%, their runs explain {spread['within_pct']:.2f}%)"
+                   if spread else "not measured (no point was measured on two starts)")
+    if final:
+        tested = (f"one-sided test over starts {fmt_p(final['p'])} at level {final['alpha']:.3g}, {final['starts']} fresh "
+                  f"start{'s' if final['starts'] > 1 else ''} of it against {final['starts_ref']} of the start, "
+                  f"interleaved")
     if winner and result["gain_pct"] is None:  # the start failed: nothing to test the winner against
         verdict = f"Winner: {result['serving_label']} ({result['decision']})."
     elif winner:
         verdict = (f"Winner: {result['serving_label']}: {result['gain_pct']:+.1f}% over the start "
                    f"({conf} CI {result['gain_ci_pct'][0]:+.1f}% to {result['gain_ci_pct'][1]:+.1f}%"
-                   + (f"; Welch's t-test, one-sided {fmt_p(final['p'])}, {final['n']} fresh runs against "
-                      f"{final['n_ref']})." if final else ")."))
+                   + (f"; {tested})." if final else ")."))
     elif final:
         verdict = (f"No significant gain: the best point, {label_of(search.best)}, gave {result['gain_pct']:+.1f}% "
-                   f"over the start on {final['n']} fresh runs ({conf} CI {result['gain_ci_pct'][0]:+.1f}% to "
-                   f"{result['gain_ci_pct'][1]:+.1f}%; one-sided {fmt_p(final['p'])}, level {final['alpha']:.3g}, "
-                   f"minimum gain {config.min_gain * 100:g}%): the server keeps {label_of(config.start)}.")
+                   f"over the start on fresh starts ({conf} CI {result['gain_ci_pct'][0]:+.1f}% to "
+                   f"{result['gain_ci_pct'][1]:+.1f}%; {tested}; minimum gain {config.min_gain * 100:g}%): the "
+                   f"server keeps {label_of(config.start)}.")
     else:
         verdict = f"No significant gain ({search.decision}): the server keeps {label_of(config.start)}."
     lines = [
@@ -146,12 +165,16 @@ def render(state: State, result: dict[str, Any], plot: str | None) -> str:
         f"{result['grid_points']}-point grid (the full grid: {result['full_grid_restarts']} restarts); "
         + ("converged." if result["converged"] else f"stopped by {result['stop']}."),
         "",
-        (f"Decisions: the search moves when a one-sided Welch's t-test of the candidate's per-run values against "
-        f"the best's rejects at {1 - config.confidence:.3g} per look (at most {LOOKS} looks per comparison) and the "
-        f"gain is above {config.min_gain * 100:g}%; the winner serves only when fresh runs of it beat the start's "
-        f"runs the same way, at {(1 - config.confidence) / CONFIRM_LOOKS:.3g} per look (at most {CONFIRM_LOOKS}: "
-        f"{1 - config.confidence:.3g} in all), with {config.restart_cv * 100:g}% of each mean added as the two "
-        f"starts' own speed (sglang_bench_restart_cv_pct)."),
+        f"The host's spread between starts: {spread_text}. Every start of the server has its own speed, which "
+        f"its runs do not show: the decisions compare points over their starts (each point's mean is the mean "
+        f"of its starts' means) with this spread, measured here from repeated starts, never assumed.",
+        "",
+        (f"Decisions: the search moves when a one-sided test of the candidate's starts against the best's rejects "
+         f"at {1 - config.confidence:.3g} per look (at most {LOOKS} looks per comparison, at most {MAX_STARTS} "
+         f"starts of a point) and the gain is above {config.min_gain * 100:g}%; the winner serves only when fresh "
+         f"starts of it beat fresh starts of the start the same way (interleaved, neither the runs nor the starts "
+         f"that selected it), at {(1 - config.confidence) / CONFIRM_LOOKS:.3g} per look (at most {CONFIRM_LOOKS}: "
+         f"{1 - config.confidence:.3g} in all)."),
         "",
         verdict,
     ]

@@ -15,16 +15,21 @@ OBJECTIVES = ("single", "throughput", "mix")
 SEARCH_ORDER = ("eagle_topk", "num_draft_tokens", "num_steps")
 VAR = "sglang_bench_tune_"
 Point = tuple[int, int, int]
-# Looks at one comparison of a candidate with the best (the first included; each at 1 - confidence),
-# and at the winner's fresh runs against the start's (each at (1 - confidence) / CONFIRM_LOOKS).
-LOOKS = 3
-CONFIRM_LOOKS = 2
-# The start's runs, in multiples of `runs`: every early comparison and the final one use them, and
-# they cost no restart (the server runs the start already).
+# Looks at one comparison of a candidate with the best (the first included; each at 1 - confidence).
+LOOKS = 4
+# Starts of one point a comparison may ask for (a start is a restart: 8-10 minutes on the reference host).
+MAX_STARTS = 4
+# The confirmation (fresh starts of the best and of the start, in pairs): at most CONFIRM_LOOKS looks, each
+# at (1 - confidence) / CONFIRM_LOOKS, and at most CONFIRM_MAX_PAIRS pairs.
+CONFIRM_LOOKS = 3
+CONFIRM_MAX_PAIRS = 6
+# The start's runs, in multiples of `runs`: every early comparison uses them, and they cost no restart
+# (the server runs the start already).
 START_RUNS_FACTOR = 2
-# Most runs one point gets, in multiples of `runs`.
+# Most runs one start of a point gets, in multiples of `runs`.
 MAX_RUNS_FACTOR = 5
-# The runs the best so far gets, in multiples of `runs`, when the search moves to it.
+# The runs the best so far gets, in multiples of `runs`, when the search moves to it and its runs (not the
+# spread between starts) limit the comparisons to come.
 BEST_RUNS_FACTOR = 3
 
 

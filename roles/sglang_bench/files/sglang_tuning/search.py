@@ -1,8 +1,17 @@
 """The search: a generator that asks for measurements (Ask), is sent what they gave and decides,
-replayed from the state file on every call."""
+replayed from the state file on every call.
+
+The unit of evidence is a start of the server (a session): every run of one start shares that start's
+speed, which its runs do not show, so two points are compared over their starts (the mean of each start's
+mean), with the host's start-to-start spread measured from the points measured on two starts or more
+(restart_spread: pooled, with its degrees of freedom) and nowhere assumed. Role sglang_server restarts
+only when the settings change, so a point gets a new start only when the server ran another one in
+between: the starts of two points are interleaved (A/B/A/B).
+"""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -12,13 +21,15 @@ from .config import Config
 from .rules import (
     BEST_RUNS_FACTOR,
     CONFIRM_LOOKS,
+    CONFIRM_MAX_PAIRS,
     LOOKS,
+    MAX_STARTS,
     SEARCH_ORDER,
     Point,
     label_of,
     neighbours,
 )
-from .stats import Sample, _fewest, gate, objective_values, one_sided
+from .stats import Sample, Start, gate, objective_values, one_sided, power_one_sided
 
 
 @dataclass
@@ -27,7 +38,7 @@ class Ask:
 
     point: Point | None
     runs: int
-    phase: str  # start, baseline, candidate, more, confirm
+    phase: str  # start, baseline, candidate, repeat, more, confirm
     why: str
     restart: bool
 
@@ -41,14 +52,10 @@ class BudgetSpent(Exception):
 
 
 UNKNOWN = ("unknown",)  # what the server runs after a failed start
-
-
-def _powered(test: dict[str, Any], var_new: float, var_ref: float, level: float, n_ref: int) -> Callable[[int], bool]:
-    """Whether n runs of the new sample give the test 80% power at the difference it observed."""
-    def enough(n: int) -> bool:
-        return gate.power(test["diff"], var_new, var_ref, n, level, n_ref=n_ref,
-                          extra_var=test.get("extra_var", 0.0)) >= gate.POWER
-    return enough
+POWER = gate.POWER
+# A comparison gets more starts only while they can still resolve the observed difference with at least
+# this power (at MAX_STARTS starts of each point): restarts are spent where they decide something.
+HOPE = 0.5
 
 
 class Search:
@@ -58,7 +65,6 @@ class Search:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.samples: dict[Point | None, Sample] = {}
-        self.fresh = Sample()  # the winner's runs after the search
         self.server: Any = config.start
         self.used_minutes = 0.0
         self.best: Point = config.start
@@ -67,58 +73,139 @@ class Search:
         self.winner: Point | None = None
         self.final: dict[str, Any] | None = None
         self.decision = ""
+        self.confirm_pairs = 0
         self._seen: dict[tuple, bool] = {}
+        self._spread: tuple[int, dict[str, Any] | None] | None = None
 
     # ---- measuring
     def cost(self, point: Point | None, runs: int) -> float:
         return (self.config.restart_minutes if point != self.server else 0.0) + runs * self.config.run_minutes
 
+    def reserve(self) -> float:
+        """Kept for the end: one pair of fresh starts for the confirmation (it spends whatever else is left)
+        and the restart back to the start when it does not confirm (Config.reserve_minutes)."""
+        return self.config.reserve_minutes()
+
     def measure(self, point: Point | None, runs: int, phase: str, why: str,
                 reserve: float | None = None) -> Generator[Ask, dict, Sample]:
         config = self.config
         cost = self.cost(point, runs)
-        keep = config.reserve_minutes() if reserve is None else reserve
+        keep = self.reserve() if reserve is None else reserve
         if phase != "start" and self.used_minutes + cost + keep > config.budget_minutes + 1e-9:
             raise BudgetSpent(f"{label_of(point)} ({why}) would take {cost:g} min of the {config.budget_minutes:g} "
                               f"min budget, {self.used_minutes:g} min spent and {keep:g} kept for the end")
-        entry = yield Ask(point, runs, phase, why, point != self.server)
+        restart = point != self.server
+        entry = yield Ask(point, runs, phase, why, restart)
         self.used_minutes += cost
+        sample = self.samples.setdefault(point, Sample())
+        sample.measurements += 1
+        if restart or not sample.starts:
+            sample.starts.append(Start(phase="confirm" if phase == "confirm" else "search"))
+        sample.starts[-1].add(entry)
         self.server = point if entry.get("status") == "ok" else UNKNOWN
-        sample = self.fresh if phase == "confirm" else self.samples.setdefault(point, Sample())
-        sample.add(entry)
         return sample
 
     def values(self, point: Point | None) -> list[float]:
+        """Every run's objective value of a point (all its starts): the report's table."""
         return objective_values(self.config, self.samples.get(point), self.samples.get(self.config.start))
 
-    def ok(self, point: Point | None) -> bool:
+    def starts(self, point: Point | None, phase: str | None = None) -> list[list[float]]:
+        """The objective values of each start of a point (of one phase), the starts with two runs or more."""
         sample = self.samples.get(point)
-        return sample is not None and not sample.failed and len(self.values(point)) >= 2
+        if sample is None or sample.failed:
+            return []
+        ref = self.samples.get(self.config.start)
+        out = [objective_values(self.config, s, ref) for s in sample.starts if phase is None or s.phase == phase]
+        return [v for v in out if len(v) >= 2]
+
+    def ok(self, point: Point | None) -> bool:
+        return bool(self.starts(point))
+
+    def spread(self) -> dict[str, Any] | None:
+        """The host's start-to-start spread, measured from every point measured on two starts or more."""
+        count = sum(s.measurements for s in self.samples.values())
+        if self._spread is None or self._spread[0] != count:
+            self._spread = (count, gate.restart_spread([self.starts(p) for p in self.samples]))
+        return self._spread[1]
+
+    # ---- planning: what the next runs or starts would give
+    def _power_after(self, cand: Point, best: Point, test: dict[str, Any], spread: dict[str, Any],
+                     alpha: float, add: dict[Point, tuple[int, int]]) -> float:
+        """The one-sided test's power at the observed difference after adding, per point, (starts, runs on
+        its current start): each new start as spread as that point's starts so far."""
+        var, parts, restarts = 0.0, 0.0, 0.0
+        cv, df = spread["cv"], spread["df"]
+        for point in (cand, best):
+            starts = self.starts(point)
+            new_starts, more_runs = add.get(point, (0, 0))
+            k = len(starts) + new_starts
+            per_run = statistics.fmean(gate.fvar(v) for v in starts)
+            terms = [(per_run / (len(v) + (more_runs if i == len(starts) - 1 else 0)), len(v) - 1)
+                     for i, v in enumerate(starts)] + [(per_run / self.config.runs, self.config.runs - 1)] * new_starts
+            for w, dof in terms:
+                var += w / k ** 2
+                parts += (w / k ** 2) ** 2 / max(dof, 1)
+            mean = statistics.fmean(statistics.fmean(v) for v in starts)
+            restarts += (cv * mean) ** 2 / k
+            df += new_starts  # a start of a point measured before adds a degree of freedom to the spread
+        var += restarts
+        parts += restarts ** 2 / df if restarts else 0.0
+        return power_one_sided(test["diff"], math.sqrt(var), var ** 2 / parts if parts else 1e9, alpha)
+
+    def more(self, cand: Point, best: Point, test: dict[str, Any], spread: dict[str, Any],
+             alpha: float) -> tuple[Point, int] | None:
+        """What the comparison measures next, or None when nothing within MAX_STARTS starts and
+        MAX_RUNS_FACTOR x runs runs per start would resolve it (HOPE): more runs on the start the server
+        runs (no restart) when that reaches the power alone or pays more per minute, else a start of the
+        other point (a restart: the starts interleave)."""
+        config = self.config
+        runs = config.runs
+        now = self._power_after(cand, best, test, spread, alpha, {})
+        cap = {p: (max(0, MAX_STARTS - len(self.starts(p))), 0) for p in (cand, best)}
+        if self._power_after(cand, best, test, spread, alpha, cap) < HOPE:
+            return None
+        options: list[tuple[float, Point, int]] = []
+        running = self.server if self.server in (cand, best) else None
+        if running is not None and len(self.samples[running].starts[-1].single) + runs <= config.max_runs:
+            gain = self._power_after(cand, best, test, spread, alpha, {running: (0, runs)})
+            if gain >= POWER:
+                return running, runs
+            options.append(((gain - now) / (runs * config.run_minutes), running, runs))
+        other = [p for p in (cand, best) if p != running and len(self.starts(p)) < MAX_STARTS]
+        other.sort(key=lambda p: len(self.starts(p)))
+        if other:
+            gain = self._power_after(cand, best, test, spread, alpha, {other[0]: (1, 0)})
+            options.append(((gain - now) / (config.restart_minutes + runs * config.run_minutes), other[0], runs))
+        options = [o for o in options if o[0] > 0]
+        if not options:
+            return None
+        _rate, who, n = max(options, key=lambda o: o[0])
+        return who, n
+
+    def planned_pairs(self, best: Point) -> int:
+        """Pairs of fresh starts (the best's and the start's, interleaved) the confirmation plans for: 80%
+        power at the gain the search saw (at (1 - confidence) / CONFIRM_LOOKS per look), each start as
+        spread as the host's so far; at least 1, at most CONFIRM_MAX_PAIRS."""
+        config, start = self.config, self.config.start
+        if best == start or not self.ok(best) or not self.ok(start):
+            return 1
+        spread = self.spread()
+        mine, ref = self.starts(best), self.starts(start)
+        gain = gate.starts_mean(mine) / gate.starts_mean(ref) - 1.0
+        if gain <= config.min_gain:
+            return 1
+        cv, df = (spread["cv"], spread["df"]) if spread else (0.0, 0)
+        per_run = statistics.fmean(gate.fvar(v) for v in mine + ref) / gate.starts_mean(ref) ** 2
+        per_start = cv ** 2 + per_run / config.runs
+        alpha = (1.0 - config.confidence) / CONFIRM_LOOKS
+        for k in range(1, CONFIRM_MAX_PAIRS + 1):
+            se = math.sqrt(2 * per_start / k)
+            dof = df + 2 * (k - 1) if cv else 2 * k * (config.runs - 1)
+            if power_one_sided(gain, se, max(dof, 1), alpha) >= POWER:
+                return k
+        return CONFIRM_MAX_PAIRS
 
     # ---- one comparison
-    def more_runs(self, cand: Point, best: Point, test: dict[str, Any]) -> tuple[Point, int] | None:
-        """Who gets more runs, and how many, for 80% power at the observed difference: the candidate
-        while the candidate alone can do it (no restart), else the best; None when neither can
-        within MAX_RUNS_FACTOR x runs runs."""
-        config = self.config
-        new, ref = self.values(cand), self.values(best)
-        var_new, var_ref = statistics.variance(new), statistics.variance(ref)
-        level = 1.0 - 2.0 * test["alpha"]  # the gate's two-sided power at 1 - 2 alpha: the one-sided test's
-
-        def enough(n_new: int, n_ref: int) -> bool:
-            return gate.power(test["diff"], var_new, var_ref, n_new, level, n_ref=n_ref) >= gate.POWER
-
-        n_new, n_ref, cap = len(new), len(ref), config.max_runs
-        need = _fewest(n_new + config.runs, cap, lambda n: enough(n, n_ref))
-        if need is not None:
-            return cand, need - n_new
-        need = _fewest(n_ref + config.runs, cap, lambda n: enough(max(n_new, cap), n))
-        if need is None:
-            return None
-        if n_new < cap:  # the candidate to the cap first: the server runs it
-            return cand, cap - n_new
-        return best, need - n_ref
-
     def compare(self, cand: Point, best: Point) -> Generator[Ask, dict, bool]:
         """Measure the candidate (if new) and decide whether the search moves to it."""
         config = self.config
@@ -145,7 +232,17 @@ class Search:
             if not self.ok(best):  # the start failed: the first candidate that runs is the reference
                 record["result"] = "move (the best so far failed: no test)"
                 return True
-            test = one_sided(self.values(cand), self.values(best), alpha)
+            spread = self.spread()
+            if spread is None:  # no point measured on two starts: the host's spread between starts is unknown
+                again = best if self.server != best else cand
+                try:
+                    yield from self.measure(again, config.runs, "repeat", f"a second start of {label_of(again)}: "
+                                            "the host's spread between starts, which no comparison can do without")
+                except BudgetSpent:
+                    record["result"] = "no move: the budget ended the comparison"
+                    raise
+                continue
+            test = one_sided(self.starts(cand), self.starts(best), alpha, spread)
             record["looks"].append(test)
             if test["p"] < alpha and test["gain"] > config.min_gain:
                 record["result"] = "move"
@@ -156,10 +253,10 @@ class Search:
             if len(record["looks"]) >= LOOKS:
                 record["result"] = f"no move: inconclusive after {LOOKS} looks"
                 return False
-            plan = self.more_runs(cand, best, test)
+            plan = self.more(cand, best, test, spread, alpha)
             if plan is None:
-                record["result"] = (f"no move: inconclusive, more than {config.max_runs} runs per point would be "
-                                    f"needed to resolve it")
+                record["result"] = (f"no move: inconclusive, and {MAX_STARTS} starts of each would not resolve "
+                                    f"it (the spread between starts: {spread['cv'] * 100:.1f}%)")
                 return False
             who, runs = plan
             try:
@@ -184,10 +281,15 @@ class Search:
 
     def top_up(self, point: Point) -> Generator[Ask, dict, None]:
         """The best so far is the reference of every comparison to come: while the server runs it, it gets
-        BEST_RUNS_FACTOR x runs runs (cheap beside a restart; they also dilute the luck that selected it)."""
-        values = self.values(point)
-        have, target = len(values), min(self.config.max_runs, BEST_RUNS_FACTOR * self.config.runs)
-        if point == self.server and have < target and statistics.variance(values) > 0:  # no spread: no need
+        BEST_RUNS_FACTOR x runs runs when its runs, not the spread between starts, are what limits it
+        (cheap beside a restart; they also dilute the luck that selected it)."""
+        starts, spread = self.starts(point), self.spread()
+        if point != self.server or not starts or spread is None:
+            return
+        last, mean = starts[-1], gate.starts_mean(starts)
+        have, target = len(last), min(self.config.max_runs, BEST_RUNS_FACTOR * self.config.runs)
+        runs_var = gate.fvar(last) / len(last)
+        if target - have >= self.config.runs and runs_var > (spread["cv"] * mean) ** 2:
             yield from self.measure(point, target - have, "more", "more runs of the new best: the reference of "
                                     "the comparisons to come")
 
@@ -224,7 +326,9 @@ class Search:
                         break
 
     def confirm(self) -> Generator[Ask, dict, None]:
-        """Fresh runs of the best point against the start's: the decision to serve it."""
+        """Fresh starts of the best point and of the start, interleaved (B/A/B/A: the runs and the starts
+        that selected the best are biased upwards, and the start's are the reference those selections were
+        made against), tested against each other: the decision to serve the best."""
         config, start, best = self.config, self.config.start, self.best
         if best == start:
             self.decision = "the search did not move from the start"
@@ -234,37 +338,55 @@ class Search:
             self.decision = "the start failed: the best candidate serves without a test against it"
             return
         alpha = (1.0 - config.confidence) / CONFIRM_LOOKS
-        restore = config.restart_minutes  # kept for the restart back to the start
-        runs = config.runs
-        for look in range(1, CONFIRM_LOOKS + 1):
-            try:
-                yield from self.measure(best, runs, "confirm", f"fresh runs of the best against the start "
-                                        f"(look {look} of at most {CONFIRM_LOOKS})", reserve=restore)
-            except BudgetSpent:
-                break
-            if self.fresh.failed:
-                self.decision = f"{label_of(best)} failed on its fresh runs: {self.fresh.failed}"
-                return
-            new = objective_values(config, self.fresh, self.samples[start])
-            self.final = one_sided(new, self.values(start), alpha, config.confidence, config.restart_cv)
+        plan = self.planned_pairs(best)
+        order = [start, best] if self.server == best else [best, start]  # every fresh measurement a restart
+        looks_at, pairs, looks, stopped = {1, plan}, 0, 0, ""
+        while looks < CONFIRM_LOOKS and not stopped:
+            for point in order:
+                try:
+                    yield from self.measure(point, config.runs, "confirm", f"fresh starts of the best and of the start, "
+                                            f"interleaved (pair {pairs + 1}, {plan} planned)",
+                                            reserve=config.restart_minutes)
+                except BudgetSpent:
+                    stopped = "the budget"
+                    break
+                if self.samples[point].failed:
+                    self.decision = f"{label_of(point)} failed on its fresh start: {self.samples[point].failed}"
+                    return
+            else:
+                pairs += 1
+            mine, ref = self.starts(best, "confirm"), self.starts(start, "confirm")
+            if not mine or not ref or (pairs not in looks_at and not stopped):
+                continue
+            looks += 1
+            self.confirm_pairs = pairs
+            self.final = one_sided(mine, ref, alpha, self.spread(), config.confidence)
+            self.final["looks"] = looks
             if self.final["p"] < alpha and self.final["gain"] > config.min_gain:
                 self.winner = best
                 break
-            if self.final["gain"] <= config.min_gain:
-                break
-            ref = self.values(start)
-            level = 1.0 - 2.0 * alpha
-            need = _fewest(len(new) + config.runs, config.max_runs,
-                           _powered(self.final, statistics.variance(new), statistics.variance(ref), level, len(ref)))
-            if need is None:
-                break
-            runs = need - len(new)
+            if pairs >= plan:  # at the planned pairs and not resolved: once more, if it can be resolved
+                if self.final["gain"] <= config.min_gain or pairs >= CONFIRM_MAX_PAIRS:
+                    break
+                looks_at.add(min(CONFIRM_MAX_PAIRS, pairs + max(1, self.planned_extra(mine, ref, alpha))))
         if self.final is None:
-            self.decision = "the budget left no time for the best point's fresh runs"
+            self.decision = "the budget left no time for fresh starts of the best point and of the start"
         elif self.winner:
-            self.decision = "significantly faster than the start on fresh runs"
+            self.decision = "significantly faster than the start on fresh starts of both"
         else:
-            self.decision = "no significant gain over the start on fresh runs"
+            self.decision = "no significant gain over the start on fresh starts of both"
+
+    def planned_extra(self, mine: list[list[float]], ref: list[list[float]], alpha: float) -> int:
+        """Pairs beyond those measured for 80% power at the gain the confirmation saw."""
+        spread = self.spread()
+        cv, df = (spread["cv"], spread["df"]) if spread else (0.0, 0)
+        gain = gate.starts_mean(mine) / gate.starts_mean(ref) - 1.0
+        per_run = statistics.fmean(gate.fvar(v) for v in mine + ref) / gate.starts_mean(ref) ** 2
+        per_start = cv ** 2 + per_run / self.config.runs
+        for k in range(len(mine) + 1, CONFIRM_MAX_PAIRS + 1):
+            if power_one_sided(gain, math.sqrt(2 * per_start / k), max(df + 2 * (k - len(mine)), 1), alpha) >= POWER:
+                return k - len(mine)
+        return CONFIRM_MAX_PAIRS - len(mine)
 
     def run(self) -> Generator[Ask, dict, Search]:
         config = self.config
