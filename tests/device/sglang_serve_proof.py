@@ -586,7 +586,8 @@ class Proof:
         settings = {"num_steps": [1, 2, 3, 4, 5, 6], "eagle_topk": [1], "num_draft_tokens": [2, 3, 4, 5, 6, 7],
                     "objective": "single", "concurrency": 16, "weight": 0.5, "min_gain_pct": 1.0,
                     "baseline": False, "restart_minutes": restart, "measure_minutes": measure,
-                    "budget_minutes": restart + candidates * (restart + measure), "start": START}
+                    "budget_minutes": restart + candidates * (restart + measure) + 2 * measure + 3 * restart,  # the end's reserve
+                    "start": START}
         python = sys.executable
         rc, out, _ = self.run("tune", [python, str(TUNE), "plan", "--state", str(state)], 30,
                               stdin=json.dumps(settings), log=folder / "plan.log")

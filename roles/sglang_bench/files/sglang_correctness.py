@@ -54,8 +54,9 @@ each token is judged on the reference's prefix and one flip costs one token, not
             tokens on the speculative server. Right answers (beyond ``--max-answers-lost``) and
             valid tool calls no fewer with speculation than without.
 
-The thresholds of the token figures were set from the H200 test bed (docs/validation/testbed-h200: real
-weights, SGLang 0.5.17 and 0.5.16): the README of role sglang_bench says which measurement decides each. ``score_forced`` reads SGLang's
+The thresholds of the token figures were set from the H200 test bed (docs/validation/testbed-h200:
+real weights, SGLang 0.5.17 and 0.5.16): the README of role sglang_bench says which measurement
+decides each. ``score_forced`` reads SGLang's
 raw /generate answer, so the same code scores recordings and live servers.
 
 Standard library only (it runs on a GPU host's bare python3). The API key (--api-key, or

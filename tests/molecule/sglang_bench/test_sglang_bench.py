@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -105,13 +106,18 @@ def test_ab_mode_measures_baseline_and_eagle3_and_reports_the_speedup():
     # model (the start without speculation) takes every speculative token as its own top choice.
     assert "Lossless check of speculative-1 (without speculation: plain-1): pass" in out, out[-3000:]
     assert "agreement without speculation: 1.0 (needs unexplained partings <= 0" in out
-    assert "top-1 agreement of the target with the speculative tokens: 1.0 (needs >= 0.98, floor 1.0): ok" in out
+    assert "top-1 agreement of the target with the speculative tokens: 1.0 (needs >= 0.95, floor 1.0): ok" in out
     session = sorted(results())[-1].name.split("-", 1)[0]
-    labels = {json.loads(p.read_text())["label"]: json.loads(p.read_text()) for p in RESULTS.glob(f"{session}-*.json")}
-    assert set(labels) == {"baseline", "eagle3"}
+    labels: dict[str, list[dict]] = {}
+    for path in RESULTS.glob(f"{session}-*.json"):
+        doc = json.loads(path.read_text())
+        labels.setdefault(doc["label"], []).append(doc)
+    # Each side on two starts, interleaved (sglang_bench_ab_starts: A/B/A/B).
+    assert {label: len(docs) for label, docs in labels.items()} == {"baseline": 2, "eagle3": 2}
     # The simulator's truth: without speculation one token per step, with EAGLE-3 2.4.
-    assert labels["baseline"]["environment"]["server_args"]["speculative_algorithm"] is None
-    speedup = labels["eagle3"]["mean_tok_s"] / labels["baseline"]["mean_tok_s"]
+    assert all(d["environment"]["server_args"]["speculative_algorithm"] is None for d in labels["baseline"])
+    speedup = (statistics.fmean(d["mean_tok_s"] for d in labels["eagle3"])
+               / statistics.fmean(d["mean_tok_s"] for d in labels["baseline"]))
     truth = TRUTH_TOK_S / (64 / (TTFT_S + 63 / DECODE))
     assert abs(speedup - truth) / truth < 0.05, (speedup, truth)
     assert f"**{speedup:.3f}x**" in (RESULTS / "report.md").read_text()

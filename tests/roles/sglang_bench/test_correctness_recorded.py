@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import gzip
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
