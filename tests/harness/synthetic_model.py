@@ -308,18 +308,22 @@ def make_llama_pair(root: Path, *, seed: int = 1, agree: bool = True, **shape: i
         "draft": {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, "draft_vocab_size": vocab,
                   **common, **label},
     }
-    dirs = []
-    for name, tensors in (("target", target_tensors), ("draft", draft_tensors)):
-        directory = Path(root) / f"llama-tiny-{name}"
-        directory.mkdir(parents=True, exist_ok=True)
+    target = write_model_dir(Path(root) / "llama-tiny-target", configs["target"], vocab, target_tensors)
+    return target, write_model_dir(Path(root) / "llama-tiny-draft", configs["draft"], vocab, draft_tensors)
+
+
+def write_model_dir(directory: Path, config: dict, vocab: int, tensors: list | None = None) -> Path:
+    """A model directory: config.json, generation_config.json, the tokenizer of `vocab` ids and, when
+    given, the weights as model.safetensors."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if tensors is not None:
         write_safetensors(directory / "model.safetensors", tensors)
-        (directory / "config.json").write_text(json.dumps(configs[name], indent=2) + "\n")
-        (directory / "generation_config.json").write_text(json.dumps(
-            {"bos_token_id": vocab - 2, "eos_token_id": vocab - 1}) + "\n")
-        for rel, data in llama_tokenizer(vocab).items():
-            (directory / rel).write_bytes(data)
-        dirs.append(directory)
-    return dirs[0], dirs[1]
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (directory / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": vocab - 2, "eos_token_id": vocab - 1}) + "\n")
+    for rel, data in llama_tokenizer(vocab).items():
+        (directory / rel).write_bytes(data)
+    return directory
 
 
 # Full-size shapes served from their config alone (SGLang's --load-format dummy: random weights, no
@@ -345,17 +349,8 @@ def make_llama_shape(root: Path, name: str = "llama-8b", **shape: int) -> tuple[
     configs = {"target": {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": dims["layers"], **common},
                "draft": {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1,
                          "draft_vocab_size": dims["draft_vocab"], **common}}
-    dirs = []
-    for part, config in configs.items():
-        directory = Path(root) / f"{name}-{part}"
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        (directory / "generation_config.json").write_text(json.dumps(
-            {"bos_token_id": vocab - 2, "eos_token_id": vocab - 1}) + "\n")
-        for rel, data in llama_tokenizer(vocab).items():
-            (directory / rel).write_bytes(data)
-        dirs.append(directory)
-    return dirs[0], dirs[1]
+    return (write_model_dir(Path(root) / f"{name}-target", configs["target"], vocab),
+            write_model_dir(Path(root) / f"{name}-draft", configs["draft"], vocab))
 
 
 def make_eagle3_draft_for(target: Path, dest: Path) -> Path:
