@@ -134,7 +134,7 @@ def recipe() -> dict:
     return {"sglang": SGLANG_VERSIONS, "flashinfer": FLASHINFER_VERSION, "sgl_kernel": SGL_KERNEL_WHEEL,
             "torch": TORCH_WHEEL, "cccl": CCCL_WHEEL, "router": ROUTER_WHEEL, "build": BUILD_REQUIREMENTS,
             "not_in_git": NOT_IN_GIT, "current": [CURRENT_SGLANG, CURRENT_FLASHINFER_WHEEL, STRIPPED_KERNELS],
-            "server_args": SERVER_ARGS_CLOSURE, "torchvision_double": TORCHVISION_DOUBLE, "layout": 3}
+            "server_args": SERVER_ARGS_CLOSURE, "torchvision_double": TORCHVISION_DOUBLE, "layout": 4}
 
 
 def recipe_hash() -> str:
@@ -251,10 +251,14 @@ class _RangeFile(io.RawIOBase):
         return len(data)
 
 
+NOTE_LAYOUT = "TEST-ONLY-STRIPPED.v2"  # marks a stripped wheel made with a note in every package that lost a member
+
+
 def stripped_wheel(name: str, version: str, dest: Path, limit: int = 1 << 20) -> Path:
     """TEST ONLY: PyPI's x86_64 wheel of name==version without its members over `limit` bytes (the
     compiled libraries), the same file name; RECORD rewritten for what is kept, and the left-out
-    members named in <package>/TEST-ONLY-STRIPPED.txt."""
+    members named in TEST-ONLY-STRIPPED.txt in every package that lost one (sglang-kernel 0.4.1 holds
+    sgl_kernel and deep_gemm: the import check reads the note of the package it imports)."""
     req = urllib.request.Request(f"https://pypi.org/simple/{name}/",
                                  headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
@@ -263,20 +267,25 @@ def stripped_wheel(name: str, version: str, dest: Path, limit: int = 1 << 20) ->
     entry = next(f for f in files if f["filename"].startswith(prefix) and f["filename"].endswith("x86_64.whl"))
     out = dest / entry["filename"]
     if out.exists():
-        return out
+        with zipfile.ZipFile(out) as zf:
+            if any(n.endswith(NOTE_LAYOUT) for n in zf.namelist()):
+                return out
+        out.unlink()  # made before the notes went into every package that lost a member
     log(f"reading {entry['filename']} by range requests (its libraries left out: TEST ONLY)")
     remote = zipfile.ZipFile(io.BufferedReader(_RangeFile(entry["url"]), 1 << 20))
     kept = [i for i in remote.infolist() if i.file_size <= limit and not i.filename.endswith(".dist-info/RECORD")]
     dropped = [i.filename for i in remote.infolist() if i.file_size > limit]
     record_name = next(i.filename for i in remote.infolist() if i.filename.endswith(".dist-info/RECORD"))
-    package = next(i.filename.split("/")[0] for i in kept if i.filename.endswith("/__init__.py"))
-    note = f"{package}/TEST-ONLY-STRIPPED.txt"
+    packages = sorted({i.filename.split("/")[0] for i in kept if i.filename.count("/") == 1
+                       and i.filename.endswith("/__init__.py")})
+    losing = [p for p in packages if any(d.startswith(p + "/") for d in dropped)] or packages[:1]
     tmp = out.with_suffix(".part")
     rows = []
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         members = [(i.filename, remote.read(i)) for i in kept]
-        members.append((note, ("TEST ONLY (tests/harness/sources.py): left out of PyPI's wheel:\n"
-                               + "\n".join(dropped) + "\n").encode()))
+        text = ("TEST ONLY (tests/harness/sources.py): left out of PyPI's wheel:\n" + "\n".join(dropped) + "\n").encode()
+        members += [(f"{package}/TEST-ONLY-STRIPPED.txt", text) for package in losing]
+        members.append((f"{losing[0]}/{NOTE_LAYOUT}", b""))
         for member, data in members:
             zf.writestr(member, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
