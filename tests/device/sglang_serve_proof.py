@@ -170,6 +170,7 @@ class Proof:
         if current.is_symlink() or current.exists():
             current.unlink()
         current.symlink_to(RELEASE)
+        (RELEASE / ".complete").touch()  # laid out whole, as role sglang_build marks a release it checked
         for directory in ("/var/lib/sglang", "/var/lib/sglang/huggingface", "/var/cache/sglang/flashinfer",
                           "/var/cache/sglang/triton", "/var/cache/sglang/torch", "/etc/sglang"):
             Path(directory).mkdir(parents=True, exist_ok=True)
@@ -251,6 +252,9 @@ class Proof:
             "sglang_server_cuda_graph_max_bs": 8,
             "sglang_server_attention_backend": "triton",
             "sglang_server_extra_args": self.extra_args,
+            # The release current points at, recorded as role sglang_build records its releases (the render
+            # playbook's tasks_from switch: ansible_local.sglang_build, which role sglang_server reads).
+            "sglang_proof_release": str((INSTALL_ROOT / "current").resolve()),
         }
         if self.args.rehearse:
             base["sglang_server_launch_module"] = "sglang_sim"

@@ -172,6 +172,7 @@ class TestBed(sp.Proof):
             python = RELEASES["0.5.16"] / "venv" / "bin" / "python"
             if not python.exists():
                 self.run("venv", [sys.executable, "-m", "venv", "--without-pip", str(RELEASES["0.5.16"] / "venv")], 120)
+            (RELEASES["0.5.16"] / ".complete").touch()  # as role sglang_build marks a release it checked
         files = self.join_files()
         for wheel in (w for n, w in files.items() if n.startswith("gguf-")):
             self.run("tools", [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
@@ -203,6 +204,35 @@ class TestBed(sp.Proof):
                 checks[version] = {"rc": rc, "seconds": round(wall, 1), "error": out[-1500:]}
             self.say(f"imports {version}: rc={rc} {wall:.1f}s {json.dumps(checks[version])[:700]}")
         self.results["imports"] = checks
+        self.role_import_check()
+
+    def role_import_check(self) -> None:
+        """Issue 39 items 5 and 7: role sglang_build's own import check (files/sglang_import_check.py, run from
+        the repository where its fatbin reader sglang_build_tool/archs.py sits beside it, as on the hosts' tools
+        directory) in each release's venv, for the GPU's compute capability: its JSON and exit status."""
+        tool = ROOT / "roles/sglang_build/files/sglang_import_check.py"
+        capability = "9.0"
+        gpu = self.results.get("gpu", "")
+        if gpu.count(",") >= 3:
+            capability = gpu.split(",")[3].strip()
+        out_dir = self.work / "import-check"
+        out_dir.mkdir(exist_ok=True)
+        checks = {}
+        for version, release in RELEASES.items():
+            python = release / "venv" / "bin" / "python"
+            if not python.exists():
+                continue
+            rc, out, wall = self.run("import-check", [str(python), str(tool), "--compute-capability", capability], 900,
+                                     log=out_dir / f"{version}.log")
+            try:  # one JSON object, indented, on stdout
+                found = json.loads(out[out.index("{"):]) if "{" in out else None
+            except ValueError:
+                found = None
+            checks[version] = {"rc": rc, "seconds": round(wall, 1), "report": found}
+            (out_dir / f"{version}.json").write_text(json.dumps(checks[version], indent=1) + "\n")
+            self.say(f"role import check {version} (compute capability {capability}): rc={rc} {wall:.1f}s "
+                     f"{found.get('status')}: {found.get('summary')}" if found else out[-900:])
+        self.results["role_import_check"] = checks
 
     # ------------------------------------------------------------------ models
 
@@ -434,7 +464,7 @@ def main() -> int:
     ap.add_argument("--pack", type=Path)
     ap.add_argument("--deadline-s", type=float, default=1500)
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--steps", nargs="*", default=["shape", "smol"], choices=["shape", "smol", "verdict"])
+    ap.add_argument("--steps", nargs="*", default=["shape", "smol"], choices=["imports", "shape", "smol", "verdict"])
     ap.add_argument("--shape-starts", type=int, default=3)
     ap.add_argument("--shape-plain", action="store_true")
     ap.add_argument("--releases", nargs="*", default=["0.5.17", "0.5.16"])
@@ -451,7 +481,7 @@ def main() -> int:
     try:
         bed.setup()
         bed.pack()
-        if args.install_only:
+        if args.install_only or args.steps == ["imports"]:  # imports: setup's import checks alone
             return 0
         bed.make_shape()
         if "shape" in args.steps:

@@ -80,7 +80,12 @@ def test_rollback_on_a_host_with_no_previous_release_fails_before_any_host_chang
     hosts = {"gpu1": {"sglang_server_home": str(tmp_path / "state1")}, "gpu2": {"sglang_server_home": str(tmp_path / "state2")}}
     (tmp_path / "state2").mkdir()
     (tmp_path / "state2" / "previous-release").write_text(f"{previous}\n")
-    proc = run(tmp_path, "rollback.yml", hosts)
+    # What role sglang_build records of gpu2's releases (its local fact; an extra variable outranks the facts
+    # gathered on this controller, which has none).
+    built = {"r1": {"dir": str(previous), "python": f"{previous}/venv/bin/python",
+                    "sglang_dir": str(previous / "venv" / "lib" / "site-packages" / "sglang")}}
+    (tmp_path / "facts.json").write_text(json.dumps({"ansible_local": {"sglang_build": {"schema": 2, "releases": built}}}))
+    proc = run(tmp_path, "rollback.yml", hosts, None, "-e", f"@{tmp_path / 'facts.json'}")
     assert_refused_in_validation(proc, f"gpu1 has no previous release to roll back to: {tmp_path / 'state1'}/previous-release "
                                        "(sglang_server_releases.previous, written when a different release becomes ready) "
                                        "is missing", {"gpu1": 1, "gpu2": 1})
@@ -94,20 +99,17 @@ def test_rollback_to_a_previous_release_that_is_gone_fails_before_any_host_chang
     gone = tmp_path / "opt" / "releases" / "r0-pruned"
     (tmp_path / "state" / "previous-release").write_text(f"{gone}\n")
     proc = run(tmp_path, "rollback.yml", {"gpu1": {}})
-    assert_refused_in_validation(proc, f"gpu1's previous release {gone} (sglang_server_releases.previous) has no venv "
-                                       "with SGLang any more (pruned or removed): it cannot be rolled back to.",
+    assert_refused_in_validation(proc, f"gpu1's previous release {gone} (sglang_server_releases.previous) is not among "
+                                       "the complete releases with SGLang that role sglang_build recorded "
+                                       "(ansible_local.sglang_build: pruned or removed): it cannot be rolled back to.",
                                  {"gpu1": 1})
 
 
 def fake_release(path: Path) -> Path:
-    """A release directory whose venv's Python finds an sglang package (what sglang_build's tasks_from release asks)."""
+    """A release directory whose venv holds an sglang package."""
     site = path / "venv" / "lib" / "site-packages"
     (site / "sglang").mkdir(parents=True)
     (site / "sglang" / "__init__.py").write_text("")
-    python = path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
-    python.chmod(0o755)
     return path
 
 
@@ -126,8 +128,10 @@ def test_a_host_with_its_previous_release_on_disk_passes_the_rollback_checks(tmp
     previous = fake_release(tmp_path / "opt" / "releases" / "r1")
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "previous-release").write_text(f"{previous}\n")
+    built = {"r1": {"dir": str(previous), "sglang_dir": str(previous / "venv" / "lib" / "site-packages" / "sglang")}}
     proc = run(tmp_path, "validate.yml", {"gpu1": {}}, None, "-e",
-               json.dumps({"sglang_validate_rollout": "rollback", "sglang_validate_roles": []}))
+               json.dumps({"sglang_validate_rollout": "rollback", "sglang_validate_roles": [],
+                           "ansible_local": {"sglang_build": {"schema": 2, "releases": built}}}))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    assert "TASK [Check that the previous release is still on the host]" in proc.stdout
+    assert "TASK [Check that the previous release is still on the host (ansible_local.sglang_build)]" in proc.stdout
     assert re.search(r"gpu1\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout), proc.stdout[-2000:]

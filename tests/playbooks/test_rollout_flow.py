@@ -2,7 +2,9 @@
 hosts whose roles are STUBS written here (never shipped): each stub keeps to its role's contract
 (sglang_server: tasks_from releases publishes {current, serving, previous}, main restarts on current,
 records serving and previous by the role's rule or sglang_server_previous_release, and on a failed start
-switches current back and fails; sglang_build: tasks_from switch moves current; sglang_bench: publishes
+switches current back and fails; sglang_build: tasks_from switch moves current, and its local fact
+ansible_local.sglang_build lists every release with an sglang package (an extra variable: it outranks the
+facts the plays gather on this controller); sglang_bench: publishes
 sglang_bench_result with a verdict against the session before; sglang_router: leave and join), and
 writes what it did to a file per host. The roles themselves are proven in molecule multihost
 (tests/molecule/multihost/test_multi_canary.py); here, which host goes when, which one goes back to
@@ -68,11 +70,6 @@ STUBS = {
   vars:
     stub_new: "{{ lookup('ansible.builtin.file', stub_dir ~ '/' ~ inventory_hostname ~ '.json') | from_json
                   | combine({'current': sglang_build_switch_to}) }}"
-""",
-    "sglang_build/tasks/release.yml": """
-- name: Describe a release (stub)
-  ansible.builtin.set_fact:
-    sglang_build_release_info: {path: "{{ sglang_build_release_dir | default('') }}", python: "", sglang_dir: /stub/sglang}
 """,
     "sglang_bench/tasks/main.yml": """
 - name: Measure what serves (stub; speeds from the inventory)
@@ -164,8 +161,14 @@ def setup(tmp_path: Path, state: dict, hostvars: dict | None = None, groups: dic
     stub_dir.mkdir()
     for name, text in HELPERS.items():
         (stub_dir / name).write_text(text)
+    releases = set()
     for host, (current, serving, previous) in state.items():
         (stub_dir / f"{host}.json").write_text(json.dumps({"current": current, "serving": serving, "previous": previous}))
+        releases.update(r for r in (current, serving, previous) if r)
+    built = {Path(r).name: {"dir": r, "python": f"{r}/venv/bin/python", "sglang_dir": "/stub/sglang"} for r in releases}
+    (tmp_path / "stub_facts.json").write_text(json.dumps({"ansible_local": {"sglang_build": {
+        "schema": 2, "root": "/r", "current": {"id": "stub", "dir": "/r/stub", "python": "", "sglang_dir": "/stub/sglang"},
+        "previous": None, "releases": built}}}))
     shutil.copytree(ROOT / "playbooks", tmp_path / "playbooks")
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "stub_dir": str(stub_dir),
               "stub_speeds": {"r1": 100, "r5-slow": 80, "r6": 100, "r7": 101, "r8-wrong": 100}}
@@ -180,7 +183,8 @@ def play(tmp_path: Path, playbook: str, *extra: str) -> tuple[subprocess.Complet
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-                           str(tmp_path / "playbooks" / playbook), *extra], cwd=tmp_path, env=env, capture_output=True,
+                           str(tmp_path / "playbooks" / playbook), "-e", f"@{tmp_path / 'stub_facts.json'}", *extra],
+                          cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
     return proc, proc.stdout + proc.stderr
 

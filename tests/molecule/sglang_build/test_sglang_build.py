@@ -87,8 +87,14 @@ def test_source_builds_are_in_the_wheelhouse_with_their_record(host):
 def test_no_leftovers_and_local_facts_for_other_roles(host):
     assert host.check_output("ls -A /opt/sglang/work") == ""
     facts = json.loads(host.file("/etc/ansible/facts.d/sglang_build.fact").content_string)
-    assert facts["current_dir"] == "/opt/sglang/current" and facts["release_id"] == STATE["first"]
-    assert facts["python"] == "/opt/sglang/current/venv/bin/python"
+    assert facts["schema"] == 2 and facts["root"] == "/opt/sglang", facts
+    current = facts["current"]
+    assert current["id"] == STATE["first"] and current["python"] == "/opt/sglang/current/venv/bin/python", current
+    m = manifest(host)
+    assert (current["version"], current["patch_id"], current["sglang_dir"]) == (
+        "0.5.9", m["inputs"]["patch"]["id"], m["sglang_dir"]), current
+    assert sorted(facts["releases"]) == sorted(host.check_output("ls /opt/sglang/releases").split()), facts
+    assert facts["releases"][STATE["first"]]["dir"] == f"/opt/sglang/releases/{STATE['first']}"
 
 
 def test_flashinfer_modules_compiled_into_the_release_for_sm120a(host):

@@ -175,7 +175,7 @@ def test_upgrade_that_fails_readiness_rolls_back(host):
     assert host.file("/opt/sglang/current").linked_to == "/opt/sglang/releases/r1-patched"
     # Switched by sglang_build, current's one writer: its local facts name the release current points at.
     facts = json.loads(host.file("/etc/ansible/facts.d/sglang_build.fact").content_string)
-    assert facts["release_dir"] == "/opt/sglang/releases/r1-patched", facts
+    assert facts["current"]["dir"] == "/opt/sglang/releases/r1-patched", facts
     assert curl(host, "/health_generate") == "200"
     assert KEY not in out
     print(f"failed upgrade + rollback, whole play: {elapsed:.1f} s")

@@ -64,7 +64,8 @@ PLAY = """\
 """
 
 
-def run_play(tmp_path: Path, play: str, hosts: dict[str, dict], common: dict) -> dict[str, dict]:
+def run_play(tmp_path: Path, play: str, hosts: dict[str, dict], common: dict,
+             extra_vars: dict | None = None) -> dict[str, dict]:
     """ansible-playbook on this machine (local connection) with this repository's roles; each host's kept
     plan and launch facts."""
     out = tmp_path / "out"
@@ -78,8 +79,13 @@ def run_play(tmp_path: Path, play: str, hosts: dict[str, dict], common: dict) ->
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    extra = []
+    if extra_vars:
+        (tmp_path / "extra.json").write_text(json.dumps(extra_vars))
+        extra = ["-e", f"@{tmp_path / 'extra.json'}"]
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"),
-                           str(tmp_path / "play.yml")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                           str(tmp_path / "play.yml"), *extra], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     results = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
     assert sorted(results) == sorted(hosts), proc.stdout[-4000:]
@@ -161,11 +167,12 @@ SERVER_PLAY = """\
 """
 
 
-def fake_release(root: Path, version: str) -> None:
+def fake_release(root: Path, version: str) -> dict:
     """<root>/current -> a release whose venv's Python finds a sglang package holding only its version file and
     the real files of that release that sglang_server asks what it takes and reads (srt/environ.py,
     srt/server_args.py, from its PyPI sdist): a double of an installed release, what release.yml and
-    launch_facts read of it, nothing else."""
+    launch_facts read of it, nothing else. Returns what role sglang_build would record of it (its local fact
+    ansible_local.sglang_build), for an extra variable: it outranks the facts of this controller."""
     release = root / "releases" / "r1"
     site = release / "site"
     (site / "sglang" / "srt").mkdir(parents=True)
@@ -178,11 +185,15 @@ def fake_release(root: Path, version: str) -> None:
     python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     (root / "current").symlink_to(release)
+    entry = {"dir": str(release.resolve()), "python": str(python), "sglang_dir": str(site / "sglang"), "version": version}
+    return {"ansible_local": {"sglang_build": {
+        "schema": 2, "root": str(root), "previous": None, "releases": {"r1": entry},
+        "current": dict(entry, id="r1", python=str(root / "current" / "venv" / "bin" / "python"))}}}
 
 
 def test_the_server_role_publishes_the_launch_facts_its_pre_start_check_uses(tmp_path):
     root = tmp_path / "opt"
-    fake_release(root, "0.5.9")
+    built = fake_release(root, "0.5.9")
     for name in ("model", "draft"):
         (tmp_path / name).mkdir()
     common = {"sglang_common_release_root": str(root), "sglang_server_model_path": str(tmp_path / "model"),
@@ -193,7 +204,7 @@ def test_the_server_role_publishes_the_launch_facts_its_pre_start_check_uses(tmp
     hosts = {"sm100": {"sglang_server_gpu_arch": "10.0"},
              "sm100_triton": {"sglang_server_gpu_arch": "10.0", "sglang_server_attention_backend": "triton"},
              "unchecked": {"sglang_server_gpu_arch": "10.0", "sglang_server_preflight_checks": False}}
-    results = run_play(tmp_path, SERVER_PLAY, hosts, common)
+    results = run_play(tmp_path, SERVER_PLAY, hosts, common, built)
     launch = results["sm100"]["launch"]
     assert (launch["sglang_version"], launch["arch"], launch["gpu_count"], launch["model"]) == ("0.5.9", "10.0", 8,
                                                                                                 "kimi_k25")

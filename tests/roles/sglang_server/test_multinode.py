@@ -198,7 +198,6 @@ RENDER_PLAY = """\
         mode: "0600"
       vars:
         sglang_server_tp_size: {tp}
-        sglang_build_release_info: {{python: /opt/sglang/current/venv/bin/python}}
         # What tasks/model.yml settles from the staged models (role sglang_model) on a real run.
         __sglang_server_model_dir: /srv/models/target/0123456789abcdef0123456789abcdef01234567
         __sglang_server_draft_dir: /srv/models/draft/0123456789abcdef0123456789abcdef01234567
