@@ -16,7 +16,7 @@ nothing), where only the CPU work differs: the disk's noise apart from the tool'
 interleaved rounds per place, each in another order; each side's best and range. On this 2-core
 machine the double, the client and the hashing share the cores, and this machine's disk wrote
 1 GiB in 0.7 s to 4.7 s within a minute (dd, conv=fsync), so the assertions only catch gross
-regressions. The figures: roles/sglang_model/README.md, Throughput.
+regressions. The figures: printed on each run (the .test-logs/ of the run).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ class Mover:
     the headers. Its own byte path (httpx, httpcore, h11) copies each piece in Python several times;
     here each piece is read straight into one buffer (`readinto`), written and hashed, and every
     WRITEBACK bytes pushed to disk (`sync_file_range`), all with the interpreter lock released, so
-    threads overlap on few cores. Measured: README, Throughput.
+    threads overlap on few cores. Measured: tests/roles/sglang_model/test_throughput.py.
 
     The partial file is the client's own `.incomplete` (same name, same place), so a download started
     by either resumes in the other. Settings follow the client's: the proxy variables of the
