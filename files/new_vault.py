@@ -6,8 +6,8 @@
 writes inventory/mysite/group_vars/all/vault.yml (mode 0600) holding
 
     vault_hf_token: the Hugging Face token, asked for without echo (sglang_model_hf_token)
-    vault_sglang_api_key: a new random API key, 43 URL-safe characters (sglang_server_api_key and
-                          sglang_router_api_key: clients send it)
+    vault_sglang_api_key: a new random API key, 43 URL-safe characters (sglang_common_api_key:
+                          clients send it)
 
 encrypted in this process with ansible-core's own vault code (the project's venv: `make venv`) under a
 vault password asked for twice, or read from --vault-password-file. No secret is ever in argv, a log
@@ -80,7 +80,7 @@ def plaintext(token: str, api_key: str) -> bytes:
         "# Written by files/new_vault.py. Edit with: ansible-vault edit <this file>\n"
         "# The Hugging Face token (sglang_model_hf_token in group_vars/gpu_hosts/sglang_model.yml).\n"
         f"vault_hf_token: {yaml_string(token)}\n"
-        "# The API key clients send (sglang_server_api_key and sglang_router_api_key).\n"
+        "# The API key clients send (sglang_common_api_key).\n"
         f"vault_sglang_api_key: {yaml_string(api_key)}\n"
     ).encode()
 

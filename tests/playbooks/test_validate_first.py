@@ -36,8 +36,8 @@ CASES = [
     ("sglang_eagle3_patch", {"sglang_eagle3_patch_class": "1NotAClass"}, "sglang_eagle3_patch_class"),
     ("gpu_preflight", {"gpu_preflight_expected_gpu_count": 0}, "gpu_preflight_expected_gpu_count"),
     ("sglang_model", {"sglang_model_keep_revisions": 0}, "sglang_model_keep_revisions"),
-    ("sglang_build (a root apart from the shared one)", {"sglang_build_root": "/data/sglang"},
-     "sglang_build_root (/data/sglang) differs from sglang_common_release_root (/opt/sglang)"),
+    ("sglang_build (the copy of the release root an earlier version kept)", {"sglang_build_root": "/data/sglang"},
+     "sglang_build_root is no longer read: set sglang_common_release_root instead"),
     ("sglang_server", {"sglang_server_tp_size": 3}, "sglang_server_tp_size"),
     ("sglang_server (argument spec type)", {"sglang_server_port": "http"}, "sglang_server_port"),
     ("sglang_bench", {"sglang_bench_confidence": 1.5}, "sglang_bench_confidence"),
@@ -155,7 +155,7 @@ MANY = {
 # Each bad host's roles in the play's order, each with the words its own check's message must show.
 MANY_FAILED = {
     "three-roles": [("nvidia_cuda", "nvidia_cuda_driver_branch must be three digits"),
-                    ("sglang_model", "sglang_model_root /var/lib/sglang/models is inside /var/lib/sglang,"),
+                    ("sglang_model", "sglang_common_models_root /var/lib/sglang/models is inside /var/lib/sglang,"),
                     ("sglang_bench", "sglang_bench_confidence (1.5) must be a number between 0 and 1")],
     "one-role": [("sglang_server", "sglang_server_tp_size must divide sglang_server_gpu_count")],
 }

@@ -9,7 +9,7 @@ a healthy worker) and checks what concerns the router itself:
     {{ groups[sglang_router_worker_group] | sglang_router_endpoints(hostvars) }}
     -> [{"host": "gpu1", "url": "http://10.0.0.11:30000"}, ...]
 
-    {{ hosts | sglang_router_key_mismatches(hostvars, sglang_router_api_key) }}
+    {{ hosts | sglang_router_key_mismatches(hostvars, sglang_common_api_key) }}
     -> names of the hosts whose server expects another API key (never the keys)
 
     {{ load_reply_json | sglang_router_inflight }}

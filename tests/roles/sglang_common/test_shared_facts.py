@@ -1,13 +1,14 @@
 """The release root and the models root are each set in one place (role sglang_common) and every role
-moves with them.
+moves with them; no role keeps a copy (issue 41).
 
 Statically: no role but sglang_common writes either root in its defaults, vars, tasks, handlers,
-templates or argument specs. Then for real, with ansible-playbook on this machine (local connection, no
-host change): a play that loads every role reads the paths each role resolves, first with the defaults,
-then with only sglang_common_release_root and sglang_common_models_root set in the inventory's
-group_vars/all; and the check each role's validation runs (taken from its tasks/validate.yml as written)
-passes when the role's own variable follows the shared one and, when an inventory sets it to another
-value, fails naming the shared variable to set instead.
+templates or argument specs, and none declares a variable that defaults to one of them but
+gpu_preflight_model_path (where its free-space check looks, which may be another path). Then for real,
+with ansible-playbook on this machine (local connection, no host change): a play that loads every role
+reads the paths each role resolves, first with the defaults, then with only sglang_common_release_root
+and sglang_common_models_root set in the inventory's group_vars/all; and the check each role's
+validation runs (taken from its tasks/validate.yml as written) refuses the copy an earlier version kept,
+naming the shared variable to set instead.
 """
 
 from __future__ import annotations
@@ -32,18 +33,14 @@ LITERAL = re.compile(r"/opt/sglang(?![-\w])|/srv/models(?![-\w])")
 RELEASE = "release"
 MODELS = "models"
 RESOLVED = {
-    "sglang_build_root": ("sglang_build_root", RELEASE),
-    "sglang_build_release_dir": ("sglang_build_release_dir", RELEASE),
     "sglang_build_tools": ("__sglang_build_tools", RELEASE),
-    "sglang_server_install_root": ("sglang_server_install_root", RELEASE),
+    "sglang_build_plan_root": ("__sglang_build_spec.root", RELEASE),
     "sglang_server_current": ("__sglang_server_current", RELEASE),
     "sglang_server_tools_dir": ("__sglang_server_tools_dir", RELEASE),
     "sglang_bench_tools_dir": ("sglang_bench_tools_dir", RELEASE),
-    "sglang_model_root": ("sglang_model_root", MODELS),
-    "sglang_monitoring_models_dir": ("sglang_monitoring_models_dir", MODELS),
     "gpu_preflight_model_path": ("gpu_preflight_model_path", MODELS),
 }
-# The roles whose own copy of a root must equal the shared one: (role, its variable, the shared variable).
+# The copies earlier versions kept, each refused by its role's validation: (role, the old name, the shared variable).
 AGREEMENT = [
     ("sglang_build", "sglang_build_root", "sglang_common_release_root"),
     ("sglang_server", "sglang_server_install_root", "sglang_common_release_root"),
@@ -119,33 +116,43 @@ def test_setting_each_root_in_sglang_common_moves_every_role(tmp_path):
     assert not [v for v in values.values() if LITERAL.search(v)]
 
 
-def agreement_task(role: str, variable: str) -> dict:
-    """The check of role's tasks/validate.yml that holds its variable to the shared one, as written."""
+def test_no_role_keeps_a_copy_of_a_shared_root():
+    copies = []
+    for path in sorted(ROLES.glob("*/defaults/main.yml")):
+        if path.parts[-3] == "sglang_common":
+            continue
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if name != "gpu_preflight_model_path" and str(value).strip() in (
+                    "{{ sglang_common_release_root }}", "{{ sglang_common_models_root }}"):
+                copies.append(f"{path.parts[-3]}: {name}")
+    assert copies == []
+
+
+def old_name_task(role: str, variable: str) -> dict:
+    """The check of role's tasks/validate.yml that refuses the old copy, as written."""
     tasks = yaml.safe_load((ROLES / role / "tasks" / "validate.yml").read_text())
-    found = [t for t in tasks if "ansible.builtin.assert" in t and variable in str(t["ansible.builtin.assert"]["that"])
-             and "sglang_common_" in str(t["ansible.builtin.assert"]["that"])]
-    assert len(found) == 1, f"{role}: no single check of {variable} against the shared root"
+    found = [t for t in tasks if "ansible.builtin.assert" in t
+             and str(t["ansible.builtin.assert"]["that"]).strip() == f"{variable} is not defined"]
+    assert len(found) == 1, f"{role}: no single check that refuses {variable}"
     return dict(found[0], tags=["always"], ignore_errors=True)
 
 
 @pytest.mark.parametrize(("role", "variable", "shared"), AGREEMENT)
-def test_a_role_variable_set_apart_from_the_shared_root_fails_validation_naming_the_shared_one(tmp_path, role,
-                                                                                               variable, shared):
-    task = agreement_task(role, variable)
+def test_the_copy_an_earlier_version_kept_fails_validation_naming_the_shared_root(tmp_path, role, variable, shared):
+    task = old_name_task(role, variable)
     play = yaml.safe_dump([{"name": "Run the check", "hosts": "localhost", "gather_facts": False,
                             "roles": [{"role": role, "tags": ["loaded_only"]}], "tasks": [task]}], sort_keys=False)
-    follows = playbook(tmp_path / "follows", play, {shared: "/data/x"})
-    assert follows.returncode == 0 and "failed=0" in follows.stdout and "...ignoring" not in follows.stdout, \
-        follows.stdout[-3000:]
-    apart = playbook(tmp_path / "apart", play, {shared: "/data/x", variable: "/data/y"})
-    text = " ".join(apart.stdout.split())
+    shared_only = playbook(tmp_path / "shared", play, {shared: "/data/x"})
+    assert shared_only.returncode == 0 and "failed=0" in shared_only.stdout and "...ignoring" not in shared_only.stdout, \
+        shared_only.stdout[-3000:]
+    old = playbook(tmp_path / "old", play, {shared: "/data/x", variable: "/data/y"})
+    text = " ".join(old.stdout.split())
     assert "...ignoring" in text, text[-3000:]
-    assert f"{variable} (/data/y) differs from {shared} (/data/x)" in text, text[-3000:]
-    assert f"set {shared} instead" in text, text[-3000:]
+    assert f"{variable} is no longer read: set {shared} instead" in text, text[-3000:]
 
 
 # The names a task can reach the release root's current link through.
-RELEASE_ROOT_NAMES = re.compile(r"sglang_build_root|sglang_server_install_root|__sglang_server_current|"
+RELEASE_ROOT_NAMES = re.compile(r"__sglang_server_current|"
                                 r"sglang_common_release_root|/opt/sglang(?![-\w])")
 LINK_WRITERS = ("ansible.builtin.file", "ansible.builtin.command", "ansible.builtin.shell", "ansible.builtin.copy")
 

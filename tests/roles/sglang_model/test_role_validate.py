@@ -86,7 +86,7 @@ HOST_CASES = [
     # playbooks/model.yml validates the server first: its home, published by its checks, is one of them.
     ("root inside the server's home", None,
      {"sglang_server_home": "/tmp/sglang-home", "sglang_common_models_root": "/tmp/sglang-home/models"},
-     "sglang_model_root /tmp/sglang-home/models is inside /tmp/sglang-home, which the SGLang server may write"),
+     "sglang_common_models_root /tmp/sglang-home/models is inside /tmp/sglang-home, which the SGLang server may write"),
     ("duplicate names", [model(), model()], {}, "sglang_model_models: the name 'target' is used twice"),
     ("missing revision", [{"name": "target", "repo_id": "test-org/tiny"}], {},
      "missing required arguments: revision"),

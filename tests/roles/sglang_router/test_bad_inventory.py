@@ -34,7 +34,7 @@ def inventory(gpu_hosts, router_vars=None, children=None, router_name="router1")
     groups = {"gpu_hosts": {"hosts": gpu_hosts},
               "sglang_routers": {"hosts": {router_name: local(**(router_vars or {}))}}}
     groups.update(children or {})
-    return {"all": {"vars": {"sglang_router_api_key": KEY, "sglang_server_api_key": KEY}, "children": groups}}
+    return {"all": {"vars": {"sglang_common_api_key": KEY}, "children": groups}}
 
 
 GOOD = {"gpu1": local(ansible_host="10.0.0.11"), "gpu2": local(ansible_host="10.0.0.12")}
@@ -71,10 +71,21 @@ def test_duplicate_node_ranks_fail(tmp_path):
 
 
 def test_a_worker_with_another_api_key_fails_naming_the_host_not_the_key(tmp_path):
-    gpus = dict(GOOD, gpu2=local(ansible_host="10.0.0.12", sglang_server_api_key="another-key-9"))
+    gpus = dict(GOOD, gpu2=local(ansible_host="10.0.0.12", sglang_common_api_key="another-key-9"))
     rc, out = run_router_validation(tmp_path, inventory(gpus))
-    assert rc != 0 and "sglang_router_api_key differs from sglang_server_api_key on gpu2" in out, out[-3000:]
+    assert rc != 0 and "The servers on gpu2 expect another API key than this router's sglang_common_api_key" in out, \
+        out[-3000:]
     assert "another-key-9" not in out and KEY not in out
+
+
+def test_the_api_key_under_its_old_name_fails_naming_the_new_one(tmp_path):
+    """An inventory written for the versions before sglang_common_api_key: refused before any change (the server's
+    old name: tests/roles/sglang_server/test_server_bad_inputs.py)."""
+    inv = inventory(GOOD)
+    inv["all"]["vars"]["sglang_router_api_key"] = KEY
+    rc, out = run_router_validation(tmp_path, inv)
+    assert rc != 0 and "sglang_router_api_key is no longer read: set sglang_common_api_key instead" in out, out[-3000:]
+    assert KEY not in out and "changed=0" in out
 
 
 @pytest.mark.parametrize("bad", [{"sglang_router_policy": "fastest"}, {"sglang_router_port": "http"}])

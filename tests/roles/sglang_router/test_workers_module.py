@@ -175,7 +175,7 @@ def leave_or_join(cluster, tmp_path, entry, with_router=True):
     if with_router:
         groups["sglang_routers"] = {"hosts": {"rt": {}}}
     inventory = {"all": {"hosts": {"gpu": local, "rt": local}, "children": groups, "vars": {
-        "sglang_server_port": server_port, "sglang_server_api_key": KEY, "sglang_router_api_key": KEY,
+        "sglang_server_port": server_port, "sglang_common_api_key": KEY,
         "sglang_router_host": "127.0.0.1", "sglang_router_port": router_port,
         "sglang_server_advertise_address": "127.0.0.1", "sglang_router_drain_timeout": 30}}}
     (tmp_path / "hosts.json").write_text(json.dumps(inventory))
