@@ -49,9 +49,9 @@ releases:
 import glob
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_common_local_fact import record_local_fact
 
 SCHEMA = 2
 COMPLETE = ".complete"  # files/sglang_build_tool/plan.py: a release counts once its check wrote it
@@ -103,44 +103,11 @@ def describe(root: str) -> dict:
             "previous": os.path.basename(previous) if previous else None, "releases": listed}
 
 
-def write_atomically(path: str, text: str) -> None:
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".sglang_build.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        if os.geteuid() == 0:
-            os.chown(tmp, 0, 0)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def main() -> None:
     module = AnsibleModule(argument_spec={"root": {"type": "path", "required": True},
                                           "fact_file": {"type": "path", "default": "/etc/ansible/facts.d/sglang_build.fact"}},
                            supports_check_mode=True)
-    fact = describe(module.params["root"])
-    text = json.dumps(fact, indent=2, sort_keys=True) + "\n"
-    path = module.params["fact_file"]
-    try:
-        with open(path, encoding="utf-8") as handle:
-            before = handle.read()
-    except OSError:
-        before = ""
-    changed = before != text
-    if changed and not module.check_mode:
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        write_atomically(path, text)
-    result = {"changed": changed, "releases": fact}
-    if module._diff and changed:
-        result["diff"] = {"before": before, "after": text, "before_header": path, "after_header": path}
-    module.exit_json(**result)
+    module.exit_json(**record_local_fact(module, describe(module.params["root"]), module.params["fact_file"], "releases"))
 
 
 if __name__ == "__main__":

@@ -96,10 +96,13 @@ def test_the_servers_pre_start_check_accepts_the_staged_directories(host):
 
 def test_facts_for_other_roles(host):
     facts = jsonof(host, "/etc/ansible/facts.d/sglang_model.fact")
+    assert facts["schema"] == 2 and facts["root"] == "/srv/models", facts
+    assert set(MODELS) <= set(facts["models"]), facts
     for name in MODELS:
         m = facts["models"][name]
         assert m["current"] == f"/srv/models/{name}/current"
         assert m["path"] == host.file(m["current"]).linked_to and m["manifest"] == m["path"] + ".manifest.json"
+        assert (m["revision"], m["repo_id"]) == (manifest(host, name)["revision"], manifest(host, name)["repo_id"])
 
 
 def test_the_token_is_only_in_its_0600_file(host):

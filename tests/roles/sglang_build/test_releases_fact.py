@@ -5,14 +5,12 @@ moved by hand still naming the release it points at, and the file written only w
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from repo import ROOT, load
+from fact_module import load_fact_module, run_fact_module
 
-MODULE = ROOT / "roles/sglang_build/library/sglang_build_releases.py"
-mod = load(MODULE, "sglang_build_releases")
+MODULE = "roles/sglang_build/library/sglang_build_releases.py"
+mod = load_fact_module(MODULE, "sglang_build_releases")
 
 
 def release(root: Path, name: str, version: str | None = "0.5.23", complete: bool = True) -> Path:
@@ -74,13 +72,7 @@ def test_written_atomically_and_only_when_it_changes(tmp_path):
 
     def run(check_mode=False, diff=False):
         """The module as Ansible runs it (an arguments file)."""
-        args = tmp_path / "args.json"
-        args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"root": str(root), "fact_file": str(fact_file),
-                                                            "_ansible_check_mode": check_mode, "_ansible_diff": diff}}))
-        done = subprocess.run([sys.executable, str(MODULE), str(args)], capture_output=True, text=True)
-        out = json.loads(done.stdout)
-        assert done.returncode == 0 and not out.get("failed"), out
-        return out
+        return run_fact_module(MODULE, {"root": str(root), "fact_file": str(fact_file)}, tmp_path, check_mode, diff)
 
     first = run(check_mode=True, diff=True)
     assert first["changed"] and not fact_file.exists() and '"id": "r1"' in first["diff"]["after"]

@@ -1,0 +1,46 @@
+"""A role's local fact (/etc/ansible/facts.d/<role>.fact) written as the roles' fact modules write it (role
+sglang_common, for sglang_build's sglang_build_releases and sglang_model's sglang_model_staged): JSON, sorted,
+written only when its content differs, atomically (a temporary file beside it, flushed, renamed over the old
+one), mode 0644, owned by root when written as root; check mode reports without writing, diff mode shows
+before and after."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+
+def write_atomically(path: str, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".fact.", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        if os.geteuid() == 0:
+            os.chown(tmp, 0, 0)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def record_local_fact(module, fact: dict, path: str, key: str) -> dict:
+    """Write `fact` to `path` unless it holds it already; the module's result, the fact under `key`."""
+    text = json.dumps(fact, indent=2, sort_keys=True) + "\n"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            before = handle.read()
+    except OSError:
+        before = ""
+    changed = before != text
+    if changed and not module.check_mode:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        write_atomically(path, text)
+    result = {"changed": changed, key: fact}
+    if module._diff and changed:
+        result["diff"] = {"before": before, "after": text, "before_header": path, "after_header": path}
+    return result
