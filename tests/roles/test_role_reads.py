@@ -1,0 +1,105 @@
+"""What a role reads of another role (issue 41): the other role's local fact (ansible_local.<role>) or the shared
+settings of sglang_common, never another role's variable or a fact another role published with set_fact.
+
+Read statically from every role's tasks, handlers, defaults, vars and templates: each name with another role's
+prefix. Allowed: sglang_common_* (the shared settings), and the variables a task hands to the role it includes
+(include_role/import_role `vars:` keys: that role's documented inputs). What is still read across roles is
+listed in STILL_READ, each with the owner's describe entry point that publishes it: the facts redesign's work
+left. The test fails on a read that is not allowed and not listed (a new cross-role read), and on a listed
+read that is gone (move it off the list: it keeps the list true).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+
+import yaml
+
+from repo import ROLES
+from roles_alone import INCLUDES, included_name, role_names, tasks_of
+
+ROLE_NAMES = role_names()
+PREFIXES = sorted(ROLE_NAMES, key=len, reverse=True)
+NAME = re.compile(r"(?<![\w.])(?:__)?((?:sglang_[a-z0-9]+|nvidia_cuda|gpu_preflight)_[a-z0-9_]+)")
+# Still read across roles: (reader, name) -> what publishes it. Issue 41's remaining slices.
+STILL_READ = {
+    ("sglang_bench", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
+    ("sglang_bench", "sglang_server_multinode_group"): "sglang_server's settings (the node plan)",
+    ("sglang_bench", "sglang_server_releases"): "sglang_server: tasks_from releases",
+    ("sglang_bench", "sglang_server_speculative_algorithm"): "sglang_server's settings (what the server runs)",
+    ("sglang_build", "nvidia_cuda_report"): "nvidia_cuda's facts (the CUDA toolkit the build compiles with)",
+    ("sglang_build", "sglang_server_attention_backend"): "sglang_server's settings (the AOT plan follows them)",
+    ("sglang_build", "sglang_server_enable_flashinfer_allreduce_fusion"): "sglang_server's settings (AOT plan)",
+    ("sglang_build", "sglang_server_speculative_algorithm"): "sglang_server's settings (AOT plan)",
+    ("sglang_model", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint (its writable paths)",
+    ("sglang_monitoring", "sglang_bench_accept_length"): "sglang_bench's metric names",
+    ("sglang_monitoring", "sglang_bench_baseline_tokens_per_second"): "sglang_bench's metric names",
+    ("sglang_monitoring", "sglang_bench_textfile"): "sglang_bench's textfile collector",
+    ("sglang_monitoring", "sglang_bench_tokens_per_second"): "sglang_bench's metric names",
+    ("sglang_monitoring", "sglang_router_port"): "sglang_router's settings",
+    ("sglang_monitoring", "sglang_router_prometheus_port"): "sglang_router's settings",
+    ("sglang_monitoring", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
+    ("sglang_router", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
+}
+
+
+def owner(name: str) -> str | None:
+    return next((p for p in PREFIXES if name.startswith(p + "_")), None)
+
+
+def reads(role: str) -> dict[str, set[str]]:
+    """Each name with another role's prefix the role reads, and the files it is read in."""
+    found: dict[str, set[str]] = defaultdict(set)
+
+    def scan(text: str, where: str) -> None:
+        for name in NAME.findall(text):
+            who = owner(name)
+            if who and who != role and who != "sglang_common":
+                found[name].add(where)
+
+    for path, task in tasks_of(role):
+        task = {k: v for k, v in task.items() if k not in ("block", "rescue", "always")}  # their tasks come one by one
+        for module in INCLUDES:
+            args = task.get(module)
+            if isinstance(args, dict) and isinstance(task.get("vars"), dict):
+                target = included_name(role, args["name"])
+                # the included role's inputs: their names are allowed, their values are read here
+                task["vars"] = {("" if k.startswith(target + "_") else k): v for k, v in task["vars"].items()}
+        scan(json.dumps(task), f"tasks/{path.name}")
+    base = ROLES / role
+    for folder in ("handlers", "defaults", "vars", "templates"):
+        for path in sorted((base / folder).rglob("*")) if (base / folder).is_dir() else []:
+            if path.is_file():
+                text = path.read_text()
+                if path.suffix in (".yml", ".yaml"):
+                    text = json.dumps(yaml.safe_load(text))  # comments are not reads
+                else:
+                    text = re.sub(r"\{#.*?#\}", "", text, flags=re.S)
+                scan(text, f"{folder}/{path.name}")
+    return found
+
+
+def test_roles_read_no_other_roles_variables_but_those_still_listed():
+    seen = {}
+    for role in ROLE_NAMES:
+        for name, where in reads(role).items():
+            seen[(role, name)] = sorted(where)
+    new = {k: v for k, v in seen.items() if k not in STILL_READ}
+    assert new == {}, ("a role reads another role's variable (read its ansible_local fact or sglang_common "
+                       f"instead): {new}")
+    gone = sorted(set(STILL_READ) - set(seen))
+    assert gone == [], f"no longer read across roles: take them off STILL_READ: {gone}"
+
+
+def test_no_role_sets_a_fact_under_another_roles_prefix():
+    wrong = []
+    for role in ROLE_NAMES:
+        for path, task in tasks_of(role):
+            facts = task.get("ansible.builtin.set_fact")
+            for name in facts if isinstance(facts, dict) else {}:
+                who = owner(name.lstrip("_"))
+                if who and who != role:
+                    wrong.append(f"{role}/tasks/{path.name}: {name}")
+    assert wrong == []
