@@ -227,19 +227,21 @@ def test_check_entry_point_names_missing_methods(tree_copy, tmp_path):
 
 
 def test_patch_playbook_checks_the_current_release_and_patches_nothing(tree_copy, tmp_path):
-    """playbooks/patch.yml asks the release's Python where sglang is and checks its model interface. The
+    """playbooks/patch.yml finds where the current release's sglang is (this release is not in role sglang_build's
+    record: its Python is asked) and checks its model interface. The
     build is the one place a release is patched: an unpatched release fails here, naming the missing
     method, and stays byte-identical; once patched (the role's main entry, as the build runs it), it passes."""
     tree = tree_copy(UNPATCHED)
-    release_dir = tmp_path / "release"
+    release_dir = tmp_path / "opt" / "releases" / "r1"
     python = release_dir / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     python.write_text(f"#!/bin/sh\nPYTHONPATH={tree.parent} exec {sys.executable} \"$@\"\n")
     python.chmod(0o755)
+    (tmp_path / "opt" / "current").symlink_to(release_dir)  # linked by hand: role sglang_build recorded nothing
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("[gpu_hosts]\nlocalhost\n")
     variables = {
-        "sglang_build_release_dir": str(release_dir),
+        "sglang_common_release_root": str(tmp_path / "opt"),
         "sglang_eagle3_patch_python": sys.executable,
         "sglang_eagle3_patch_tools_dir": str(tmp_path / "tools"),
         "ansible_become": False,
