@@ -166,9 +166,14 @@ def setup(tmp_path: Path, state: dict, hostvars: dict | None = None, groups: dic
         (stub_dir / f"{host}.json").write_text(json.dumps({"current": current, "serving": serving, "previous": previous}))
         releases.update(r for r in (current, serving, previous) if r)
     built = {Path(r).name: {"dir": r, "python": f"{r}/venv/bin/python", "sglang_dir": "/stub/sglang"} for r in releases}
+    # The release root's current link, which the patch check looks its release up by (a stub release dir).
+    root = tmp_path / "opt"
+    (root / "releases" / "stub").mkdir(parents=True)
+    (root / "current").symlink_to(root / "releases" / "stub")
+    built["stub"] = {"dir": str(root / "releases" / "stub"), "python": "", "sglang_dir": "/stub/sglang"}
     (tmp_path / "stub_facts.json").write_text(json.dumps({"ansible_local": {"sglang_build": {
-        "schema": 2, "root": "/r", "current": {"id": "stub", "dir": "/r/stub", "python": "", "sglang_dir": "/stub/sglang"},
-        "previous": None, "releases": built}}}))
+        "schema": 2, "root": str(root), "current": dict(built["stub"], id="stub"), "previous": None,
+        "releases": built}}}))
     shutil.copytree(ROOT / "playbooks", tmp_path / "playbooks")
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "stub_dir": str(stub_dir),
               "stub_speeds": {"r1": 100, "r5-slow": 80, "r6": 100, "r7": 101, "r8-wrong": 100}}
