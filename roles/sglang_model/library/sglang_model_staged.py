@@ -44,7 +44,8 @@ staged:
 import json
 import os
 
-from ansible.module_utils.sglang_common_local_fact import fact_module_main
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_common_local_fact import record_local_fact
 
 SCHEMA = 2
 
@@ -75,7 +76,11 @@ def describe(root: str) -> dict:
 
 
 def main() -> None:
-    fact_module_main("sglang_model", "root", describe, "staged")
+    module = AnsibleModule(argument_spec={"root": {"type": "path", "required": True},
+                                          "fact_file": {"type": "path", "default": "/etc/ansible/facts.d/sglang_model.fact"}},
+                           supports_check_mode=True)
+    module.exit_json(**record_local_fact(module, describe(module.params["root"]), module.params["fact_file"], "staged"))
+
 
 if __name__ == "__main__":
     main()
