@@ -74,32 +74,35 @@ def test_a_canary_group_named_on_the_command_line_is_checked_too(tmp_path) -> No
                                  {"gpu1": 1})
 
 
+def local_facts(built: dict, serving: str, previous: str) -> dict:
+    """What the host's local facts would hold (role sglang_build's releases, role sglang_server's serving and
+    previous), as an inventory variable: the validate-first play gathers no facts, and reads them only when
+    they are missing."""
+    return {"ansible_local": {"sglang_build": {"schema": 2, "root": "/opt/sglang", "current": None, "releases": built},
+                              "sglang_server": {"schema": 1, "serving": serving, "previous": previous}}}
+
+
 def test_rollback_on_a_host_with_no_previous_release_fails_before_any_host_changes(tmp_path) -> None:
     """gpu2 has a previous release on disk; gpu1 never served another one: the whole run stops, naming gpu1."""
     previous = fake_release(tmp_path / "opt" / "releases" / "r1")  # a release gpu2 can go back to
-    hosts = {"gpu1": {"sglang_server_home": str(tmp_path / "state1")}, "gpu2": {"sglang_server_home": str(tmp_path / "state2")}}
-    (tmp_path / "state2").mkdir()
-    (tmp_path / "state2" / "previous-release").write_text(f"{previous}\n")
-    # What role sglang_build records of gpu2's releases (its local fact; an extra variable outranks the facts
-    # gathered on this controller, which has none).
     built = {"r1": {"dir": str(previous), "python": f"{previous}/venv/bin/python",
                     "sglang_dir": str(previous / "venv" / "lib" / "site-packages" / "sglang")}}
-    (tmp_path / "facts.json").write_text(json.dumps({"ansible_local": {"sglang_build": {"schema": 2, "releases": built}}}))
-    proc = run(tmp_path, "rollback.yml", hosts, None, "-e", f"@{tmp_path / 'facts.json'}")
-    assert_refused_in_validation(proc, f"gpu1 has no previous release to roll back to: {tmp_path / 'state1'}/previous-release "
-                                       "(sglang_server_releases.previous, written when a different release becomes ready) "
-                                       "is missing", {"gpu1": 1, "gpu2": 1})
+    hosts = {"gpu1": local_facts(built, "/opt/sglang/releases/r2", ""),
+             "gpu2": local_facts(built, "/opt/sglang/releases/r2", str(previous))}
+    proc = run(tmp_path, "rollback.yml", hosts)
+    assert_refused_in_validation(proc, "gpu1 has no previous release to roll back to: ansible_local.sglang_server.previous "
+                                       "(role sglang_server's record of the release that served before the one serving "
+                                       "now, written when a different release becomes ready) is empty; it serves "
+                                       "/opt/sglang/releases/r2", {"gpu1": 1, "gpu2": 1})
     # gpu2's own checks passed; the end of the validate-first play stops it, naming gpu1 alone.
     assert "The settings checks failed on gpu1 (each host's reason is above)" in proc.stdout, proc.stdout[-3000:]
     assert not (tmp_path / "opt" / "current").exists()
 
 
 def test_rollback_to_a_previous_release_that_is_gone_fails_before_any_host_changes(tmp_path) -> None:
-    (tmp_path / "state").mkdir()
     gone = tmp_path / "opt" / "releases" / "r0-pruned"
-    (tmp_path / "state" / "previous-release").write_text(f"{gone}\n")
-    proc = run(tmp_path, "rollback.yml", {"gpu1": {}})
-    assert_refused_in_validation(proc, f"gpu1's previous release {gone} (sglang_server_releases.previous) is not among "
+    proc = run(tmp_path, "rollback.yml", {"gpu1": local_facts({}, "/opt/sglang/releases/r2", str(gone))})
+    assert_refused_in_validation(proc, f"gpu1's previous release {gone} (ansible_local.sglang_server.previous) is not among "
                                        "the complete releases with SGLang that role sglang_build recorded "
                                        "(ansible_local.sglang_build: pruned or removed): it cannot be rolled back to.",
                                  {"gpu1": 1})
@@ -126,12 +129,9 @@ def test_good_rollout_settings_pass_the_same_checks(tmp_path, batch) -> None:
 
 def test_a_host_with_its_previous_release_on_disk_passes_the_rollback_checks(tmp_path) -> None:
     previous = fake_release(tmp_path / "opt" / "releases" / "r1")
-    (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "previous-release").write_text(f"{previous}\n")
     built = {"r1": {"dir": str(previous), "sglang_dir": str(previous / "venv" / "lib" / "site-packages" / "sglang")}}
-    proc = run(tmp_path, "validate.yml", {"gpu1": {}}, None, "-e",
-               json.dumps({"sglang_validate_rollout": "rollback", "sglang_validate_roles": [],
-                           "ansible_local": {"sglang_build": {"schema": 2, "releases": built}}}))
+    proc = run(tmp_path, "validate.yml", {"gpu1": local_facts(built, "/opt/sglang/releases/r2", str(previous))}, None,
+               "-e", json.dumps({"sglang_validate_rollout": "rollback", "sglang_validate_roles": []}))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "TASK [Check that the previous release is still on the host (ansible_local.sglang_build)]" in proc.stdout
     assert re.search(r"gpu1\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout), proc.stdout[-2000:]

@@ -1,10 +1,10 @@
 """The decisions of playbooks/upgrade.yml and playbooks/rollback.yml, run for real against three local
 hosts whose roles are STUBS written here (never shipped): each stub keeps to its role's contract
-(sglang_server: tasks_from releases publishes {current, serving, previous}, main restarts on current,
-records serving and previous by the role's rule or sglang_server_previous_release, and on a failed start
-switches current back and fails; sglang_build: tasks_from switch moves current, and its local fact
-ansible_local.sglang_build lists every release with an sglang package (an extra variable: it outranks the
-facts the plays gather on this controller); sglang_bench: publishes
+(sglang_server: main restarts on current, records serving and previous by the role's rule or
+sglang_server_previous_release, and on a failed start switches current back and fails; sglang_build: tasks_from
+switch moves current; the local facts the playbooks read, ansible_local.sglang_server {serving, previous} and
+ansible_local.sglang_build {root, current, releases}, are published from each host's state after every change,
+with set_fact, which outranks the facts the plays gather on this controller; sglang_bench: publishes
 sglang_bench_result with a verdict against the session before; sglang_router: leave and join), and
 writes what it did to a file per host. The roles themselves are proven in molecule multihost
 (tests/molecule/multihost/test_multi_canary.py); here, which host goes when, which one goes back to
@@ -26,10 +26,9 @@ import yaml
 from repo import ROOT
 
 STUBS = {
-    "sglang_server/tasks/releases.yml": """
-- name: Publish the releases (stub)
-  ansible.builtin.set_fact:
-    sglang_server_releases: "{{ lookup('ansible.builtin.file', stub_dir ~ '/' ~ inventory_hostname ~ '.json') | from_json }}"
+    "sglang_server/tasks/validate.yml": """
+- name: Publish the local facts (stub)
+  ansible.builtin.include_tasks: "{{ stub_dir }}/facts.yml"
 """,
     "sglang_server/tasks/main.yml": """
 - name: Read the state (stub)
@@ -131,6 +130,17 @@ HELPERS = {
     mode: "0644"
   check_mode: false
   when: not ansible_check_mode
+- name: Publish the local facts (stub)
+  ansible.builtin.include_tasks: "{{ stub_dir }}/facts.yml"
+""",
+    "facts.yml": """
+- name: Publish what the host's local facts would hold (stub; set_fact outranks what the plays gather here)
+  ansible.builtin.set_fact:
+    ansible_local:
+      sglang_build: "{{ stub_build | combine({'current': {'id': stub_s.current | basename, 'dir': stub_s.current}}) }}"
+      sglang_server: {schema: 1, serving: "{{ stub_s.serving }}", previous: "{{ stub_s.previous }}"}
+  vars:
+    stub_s: "{{ lookup('ansible.builtin.file', stub_dir ~ '/' ~ inventory_hostname ~ '.json') | from_json }}"
 """,
     "log.yml": """
 - name: Note the event (stub)
@@ -171,14 +181,19 @@ def setup(tmp_path: Path, state: dict, hostvars: dict | None = None, groups: dic
     (root / "releases" / "stub").mkdir(parents=True)
     (root / "current").symlink_to(root / "releases" / "stub")
     built["stub"] = {"dir": str(root / "releases" / "stub"), "python": "", "sglang_dir": "/stub/sglang"}
-    (tmp_path / "stub_facts.json").write_text(json.dumps({"ansible_local": {"sglang_build": {
-        "schema": 2, "root": str(root), "current": dict(built["stub"], id="stub"), "previous": None,
-        "releases": built}}}))
+    # The base of the stub's ansible_local.sglang_build (facts.yml adds each host's current).
+    (tmp_path / "stub_facts.json").write_text(json.dumps({"stub_build": {"schema": 2, "root": str(root), "releases": built}}))
     shutil.copytree(ROOT / "playbooks", tmp_path / "playbooks")
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "stub_dir": str(stub_dir),
               "stub_speeds": {"r1": 100, "r5-slow": 80, "r6": 100, "r7": 101, "r8-wrong": 100}}
+    # The first play (validate.yml's rollout checks) gathers no facts: there the local facts are the inventory's,
+    # as facts.yml would publish them; from the roles' validation on, facts.yml's.
+    base = {"schema": 2, "root": str(root), "releases": built}
+    facts = {h: {"ansible_local": {"sglang_build": dict(base, current={"id": Path(c).name, "dir": c}),
+                                   "sglang_server": {"schema": 1, "serving": s, "previous": p}}}
+             for h, (c, s, p) in state.items()}
     inventory = {"all": {"vars": common, "children": {
-        "gpu_hosts": {"hosts": {h: (hostvars or {}).get(h, {}) for h in state}}, **(groups or {})}}}
+        "gpu_hosts": {"hosts": {h: {**facts[h], **(hostvars or {}).get(h, {})} for h in state}}, **(groups or {})}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     return stub_dir
 

@@ -27,7 +27,6 @@ NAME = re.compile(r"(?<![\w.])(?:__)?((?:sglang_[a-z0-9]+|nvidia_cuda|gpu_prefli
 STILL_READ = {
     ("sglang_bench", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
     ("sglang_bench", "sglang_server_multinode_group"): "sglang_server's settings (the node plan)",
-    ("sglang_bench", "sglang_server_releases"): "sglang_server: tasks_from releases",
     ("sglang_bench", "sglang_server_speculative_algorithm"): "sglang_server's settings (what the server runs)",
     ("sglang_build", "nvidia_cuda_report"): "nvidia_cuda's facts (the CUDA toolkit the build compiles with)",
     ("sglang_build", "sglang_server_attention_backend"): "sglang_server's settings (the AOT plan follows them)",

@@ -16,14 +16,13 @@ description:
     renamed over the old one), mode 0644, owned by root. Supports check mode and diff mode.
   - The fact, schema 2 -- C(root); C(current) (null without a current link) with C(id), C(dir), C(python)
     (through the current link: <root>/current/venv/bin/python, what the server's unit runs), C(sglang_dir),
-    C(version), C(patch_id), C(release_set); C(previous) (the release the build keeps from pruning,
-    <root>/previous, by id, or null); C(releases), each complete release by id with C(dir), C(python) (its
+    C(version), C(patch_id), C(release_set); C(releases), each complete release by id with C(dir), C(python) (its
     own directory's), C(sglang_dir), C(version), C(patch_id), C(release_set).
   - C(sglang_dir) is the sglang package the release's check recorded in its manifest, else the one in the
     venv's site-packages (a release laid out by hand), else "" (no SGLang in it).
 options:
   root:
-    description: The releases root (<root>/releases/<id>/venv, <root>/current, <root>/previous).
+    description: The releases root (<root>/releases/<id>/venv, <root>/current).
     type: path
     required: true
   fact_file:
@@ -50,8 +49,7 @@ import glob
 import json
 import os
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_common_local_fact import record_local_fact
+from ansible.module_utils.sglang_common_local_fact import fact_module_main
 
 SCHEMA = 2
 COMPLETE = ".complete"  # files/sglang_build_tool/plan.py: a release counts once its check wrote it
@@ -93,22 +91,16 @@ def describe(root: str) -> dict:
     listed = {name: release_entry(os.path.join(releases, name)) for name in names
               if os.path.isfile(os.path.join(releases, name, COMPLETE))}
     current = link_target(root, "current")
-    previous = link_target(root, "previous")
     current_entry = None
     if current is not None:
         name = os.path.basename(current)
         entry = listed.get(name) or release_entry(current)
         current_entry = dict(entry, id=name, python=os.path.join(root, "current", "venv", "bin", "python"))
-    return {"schema": SCHEMA, "root": root, "current": current_entry,
-            "previous": os.path.basename(previous) if previous else None, "releases": listed}
+    return {"schema": SCHEMA, "root": root, "current": current_entry, "releases": listed}
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"root": {"type": "path", "required": True},
-                                          "fact_file": {"type": "path", "default": "/etc/ansible/facts.d/sglang_build.fact"}},
-                           supports_check_mode=True)
-    module.exit_json(**record_local_fact(module, describe(module.params["root"]), module.params["fact_file"], "releases"))
-
+    fact_module_main("sglang_build", "root", describe, "releases")
 
 if __name__ == "__main__":
     main()

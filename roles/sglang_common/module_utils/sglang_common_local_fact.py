@@ -1,5 +1,6 @@
 """A role's local fact (/etc/ansible/facts.d/<role>.fact) written as the roles' fact modules write it (role
-sglang_common, for sglang_build's sglang_build_releases and sglang_model's sglang_model_staged): JSON, sorted,
+sglang_common, for sglang_build's sglang_build_releases, sglang_model's sglang_model_staged and
+sglang_server's sglang_server_releases): JSON, sorted,
 written only when its content differs, atomically (a temporary file beside it, flushed, renamed over the old
 one), mode 0644, owned by root when written as root; check mode reports without writing, diff mode shows
 before and after."""
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
 
 
 def write_atomically(path: str, text: str) -> None:
@@ -44,3 +47,12 @@ def record_local_fact(module, fact: dict, path: str, key: str) -> dict:
     if module._diff and changed:
         result["diff"] = {"before": before, "after": text, "before_header": path, "after_header": path}
     return result
+
+
+def fact_module_main(role: str, source: str, describe, key: str) -> None:
+    """A role's fact module: describe the directory given as option `source` (a path, required) and record it in
+    the option fact_file (default /etc/ansible/facts.d/<role>.fact); the result holds the fact under `key`."""
+    module = AnsibleModule(argument_spec={source: {"type": "path", "required": True},
+                                          "fact_file": {"type": "path", "default": f"/etc/ansible/facts.d/{role}.fact"}},
+                           supports_check_mode=True)
+    module.exit_json(**record_local_fact(module, describe(module.params[source]), module.params["fact_file"], key))

@@ -44,8 +44,7 @@ staged:
 import json
 import os
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_common_local_fact import record_local_fact
+from ansible.module_utils.sglang_common_local_fact import fact_module_main
 
 SCHEMA = 2
 
@@ -76,11 +75,7 @@ def describe(root: str) -> dict:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"root": {"type": "path", "required": True},
-                                          "fact_file": {"type": "path", "default": "/etc/ansible/facts.d/sglang_model.fact"}},
-                           supports_check_mode=True)
-    module.exit_json(**record_local_fact(module, describe(module.params["root"]), module.params["fact_file"], "staged"))
-
+    fact_module_main("sglang_model", "root", describe, "staged")
 
 if __name__ == "__main__":
     main()

@@ -60,11 +60,15 @@ def read(h, path):
 
 
 def state(name):
-    """current, serving, previous release and the server's process of one GPU host."""
+    """current, serving, previous release and the server's process of one GPU host (taken between plays), and
+    that role sglang_server's local fact (what the upgrade, rollback, bench and pruning read) says the same."""
     h = gpu(name)
-    return {"current": h.file("/opt/sglang/current").linked_to, "serving": read(h, "/var/lib/sglang/serving-release"),
-            "previous": read(h, "/var/lib/sglang/previous-release"),
-            "pid": h.check_output("systemctl show -p MainPID --value sglang-server")}
+    s = {"current": h.file("/opt/sglang/current").linked_to, "serving": read(h, "/var/lib/sglang/serving-release"),
+         "previous": read(h, "/var/lib/sglang/previous-release"),
+         "pid": h.check_output("systemctl show -p MainPID --value sglang-server")}
+    fact = json.loads(read(h, "/etc/ansible/facts.d/sglang_server.fact") or "{}")
+    assert (fact.get("serving"), fact.get("previous")) == (s["serving"], s["previous"]), (name, fact, s)
+    return s
 
 
 def new_release(name, path, slowdown=None, source=None):

@@ -32,11 +32,11 @@ def test_current_previous_and_the_complete_releases(tmp_path):
     new, old = release(root, "sglang-0.5.23-a"), release(root, "sglang-0.5.17-b", "0.5.17")
     release(root, "sglang-0.5.23-building", complete=False)  # a build killed midway: never listed
     (root / "current").symlink_to(new)
-    (root / "previous").symlink_to(old)
+    (root / "previous").symlink_to(old)  # an older version's link: not part of the fact
     fact = mod.describe(str(root))
     assert fact["schema"] == 2 and fact["root"] == str(root)
     assert sorted(fact["releases"]) == ["sglang-0.5.17-b", "sglang-0.5.23-a"]
-    assert fact["previous"] == "sglang-0.5.17-b"
+    assert "previous" not in fact  # the one previous is role sglang_server's
     current = fact["current"]
     assert (current["id"], current["dir"], current["version"], current["patch_id"]) == (
         "sglang-0.5.23-a", str(new.resolve()), "0.5.23", "eagle3-v1")
@@ -56,12 +56,11 @@ def test_a_release_laid_out_by_hand_and_a_missing_package(tmp_path):
     assert fact["releases"]["r1"]["sglang_dir"].endswith("python3.12/site-packages/sglang")
     assert fact["releases"]["r1"]["version"] == ""
     assert fact["releases"]["r2"]["sglang_dir"] == ""
-    assert fact["previous"] is None
 
 
 def test_no_root_yet(tmp_path):
     assert mod.describe(str(tmp_path / "none")) == {"schema": 2, "root": str(tmp_path / "none"), "current": None,
-                                                    "previous": None, "releases": {}}
+                                                    "releases": {}}
 
 
 def test_written_atomically_and_only_when_it_changes(tmp_path):

@@ -160,7 +160,7 @@ def make_release(root: Path, name: str, age: float, keys=()) -> Path:
     return rel
 
 
-def test_prune_keeps_n_newest_and_never_current_or_previous(tmp_path):
+def test_prune_keeps_n_newest_and_never_current_nor_what_the_server_serves_or_goes_back_to(tmp_path):
     for sub in ("releases", "wheelhouse", "logs"):
         (tmp_path / sub).mkdir()
     old_current = make_release(tmp_path, "r1", 500, ["w-old"])
@@ -173,15 +173,18 @@ def test_prune_keeps_n_newest_and_never_current_or_previous(tmp_path):
         (tmp_path / "wheelhouse" / key).mkdir()
         os.utime(tmp_path / "wheelhouse" / key, (time.time() - age,) * 2)
     (tmp_path / "current").symlink_to(old_current)  # e.g. rolled back to the oldest
-    (tmp_path / "previous").symlink_to(tmp_path / "releases" / "r2")
+    (tmp_path / "previous").symlink_to(tmp_path / "releases" / "r3")  # an older version's link: protects nothing
+    served = (str(tmp_path / "releases" / "r2"), "")  # role sglang_server's previous (its rollback target); no serving
 
-    dry = sb.prune(tmp_path, 3, dry_run=True)
+    dry = sb.prune(tmp_path, 3, dry_run=True, protect=served)
     assert sorted(dry["removed"]) == ["r3", "r4"] and (tmp_path / "releases" / "r3").exists()
-    result = sb.prune(tmp_path, 3, dry_run=False)
+    result = sb.prune(tmp_path, 3, dry_run=False, protect=served)
     assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == ["r1", "r2", "r5", "r6-incomplete"]
     assert sorted(result["kept"]) == ["r1", "r2", "r5"]
     assert sorted(p.name for p in (tmp_path / "wheelhouse").iterdir()) == ["w-old"]
-    assert sb.prune(tmp_path, 3, dry_run=False)["changed"] is False
+    assert sb.prune(tmp_path, 3, dry_run=False, protect=served)["changed"] is False
+    # without the server's record, r2 is one of the oldest: the newest 3 with current are r1, r5 and r2 still
+    assert sb.prune(tmp_path, 2, dry_run=True)["removed"] == ["r2"]
 
 
 def test_recover_removes_what_a_killed_build_left(default_spec, tmp_path):

@@ -34,15 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", help="prune: the releases root")
     ap.add_argument("--keep", type=int, default=3, help="prune: releases to keep (at least 2)")
     ap.add_argument("--dry-run", action="store_true", help="prune: say what would go, remove nothing")
+    ap.add_argument("--protect", action="append", default=[],
+                    help="prune: a release directory never pruned (what the server serves, its previous release)")
     args = ap.parse_args(argv)
     drop_privileges(args.run_as)
 
     if args.phase == "prune":
         if args.keep < 2:
-            raise SystemExit("--keep must be at least 2 (the current and the previous release)")
+            raise SystemExit("--keep must be at least 2 (the current release and the one the server goes back to)")
         root = Path(args.root)
         with lock(root, args.dry_run):
-            print(json.dumps(prune(root, args.keep, args.dry_run)))
+            print(json.dumps(prune(root, args.keep, args.dry_run, tuple(args.protect))))
         return 0
 
     try:

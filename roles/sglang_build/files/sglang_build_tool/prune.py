@@ -1,4 +1,5 @@
-"""Old releases and the wheels no kept release uses removed; never current or previous."""
+"""Old releases and the wheels no kept release uses removed; never current, nor what the server serves or
+goes back to."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ from pathlib import Path
 from .plan import COMPLETE
 
 
-def prune(root: Path, keep: int, dry_run: bool) -> dict:
-    """Keep the newest `keep` complete releases and always current and previous; drop the rest.
+def prune(root: Path, keep: int, dry_run: bool, protect: tuple[str, ...] = ()) -> dict:
+    """Keep the newest `keep` complete releases and always current and the release directories in `protect`
+    (what role sglang_server serves and its previous release, its rollback target); drop the rest.
 
     Newest is by completion time (the .complete marker). Wheelhouse entries that no
     kept release uses go too, except those newer than the oldest kept release (a
     build in progress may be about to use them).
     """
     releases = root / "releases"
-    protected = {str((root / link).resolve()) for link in ("current", "previous") if (root / link).is_symlink()}
+    protected = {str(Path(p).resolve()) for p in protect if p}
+    if (root / "current").is_symlink():
+        protected.add(str((root / "current").resolve()))
     complete = sorted((p for p in releases.glob("*") if (p / COMPLETE).is_file()),
                       key=lambda p: (p / COMPLETE).stat().st_mtime, reverse=True)
     kept = [p for p in complete if str(p.resolve()) in protected]

@@ -1,0 +1,77 @@
+#!/usr/bin/python
+"""What this host's server serves as the local fact ansible_local.sglang_server (role sglang_server, tasks/facts.yml)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_server_releases
+short_description: Record the release the server serves and the one before it as the local fact sglang_server
+description:
+  - The one interface between role sglang_server and the readers of what it serves (role sglang_bench, role
+    sglang_build's pruning, the upgrade and rollback playbooks), read from the server's own records in its home
+    directory; nothing is started or asked.
+  - The fact, schema 1 -- C(serving), the release that last became ready (the state file serving-release, written
+    after every successful start) and C(previous), the release that served before it (previous-release: written
+    when a different release becomes ready, kept when the release going back is the previous one itself), each
+    a release directory or "" (none recorded); C(serving_id) and C(previous_id), their directories' names.
+    C(previous) is the one "previous" of the project, playbooks/rollback.yml's target; role sglang_build
+    never prunes C(serving) or C(previous). The release the next start runs is role sglang_build's
+    (ansible_local.sglang_build.current).
+  - Writes I(fact_file) (JSON) when its content differs, atomically, mode 0644, owned by root (role sglang_common's
+    module_utils). Supports check mode and diff mode.
+options:
+  home:
+    description: The server's home directory, which holds serving-release and previous-release.
+    type: path
+    required: true
+  fact_file:
+    description: The local fact file to write.
+    type: path
+    default: /etc/ansible/facts.d/sglang_server.fact
+author: sglang-ansible
+"""
+
+EXAMPLES = r"""
+- name: Record what serves for other roles (ansible_local.sglang_server)
+  sglang_server_releases:
+    home: /var/lib/sglang
+"""
+
+RETURN = r"""
+releases:
+  description: The fact as written (see the description).
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.sglang_common_local_fact import fact_module_main
+
+SCHEMA = 1
+RECORDS = {"serving": "serving-release", "previous": "previous-release"}
+
+
+def recorded(home: str, name: str) -> str:
+    try:
+        with open(os.path.join(home, name), encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def describe(home: str) -> dict:
+    fact: dict = {"schema": SCHEMA}
+    for key, name in RECORDS.items():
+        release = recorded(home, name)
+        fact[key] = release
+        fact[f"{key}_id"] = os.path.basename(os.path.normpath(release)) if release else ""
+    return fact
+
+
+def main() -> None:
+    fact_module_main("sglang_server", "home", describe, "releases")
+
+if __name__ == "__main__":
+    main()
