@@ -130,6 +130,13 @@ HELPERS = {
     mode: "0644"
   check_mode: false
   when: not ansible_check_mode
+- name: Move the host's current link (stub; upgrade.yml and the patch check read the link itself)
+  ansible.builtin.file:
+    path: "{{ stub_roots }}/{{ inventory_hostname }}/current"
+    src: "{{ stub_new.current }}"
+    state: link
+    force: true
+  when: not ansible_check_mode
 - name: Publish the local facts (stub)
   ansible.builtin.include_tasks: "{{ stub_dir }}/facts.yml"
 """,
@@ -137,7 +144,8 @@ HELPERS = {
 - name: Publish what the host's local facts would hold (stub; set_fact outranks what the plays gather here)
   ansible.builtin.set_fact:
     ansible_local:
-      sglang_build: "{{ stub_build | combine({'current': {'id': stub_s.current | basename, 'dir': stub_s.current}}) }}"
+      sglang_build: "{{ stub_build | combine({'root': stub_roots ~ '/' ~ inventory_hostname,
+                                              'current': {'id': stub_s.current | basename, 'dir': stub_s.current}}) }}"
       sglang_server: {schema: 1, serving: "{{ stub_s.serving }}", previous: "{{ stub_s.previous }}"}
   vars:
     stub_s: "{{ lookup('ansible.builtin.file', stub_dir ~ '/' ~ inventory_hostname ~ '.json') | from_json }}"
@@ -176,20 +184,23 @@ def setup(tmp_path: Path, state: dict, hostvars: dict | None = None, groups: dic
         (stub_dir / f"{host}.json").write_text(json.dumps({"current": current, "serving": serving, "previous": previous}))
         releases.update(r for r in (current, serving, previous) if r)
     built = {Path(r).name: {"dir": r, "python": f"{r}/venv/bin/python", "sglang_dir": "/stub/sglang"} for r in releases}
-    # The release root's current link, which the patch check looks its release up by (a stub release dir).
-    root = tmp_path / "opt"
-    (root / "releases" / "stub").mkdir(parents=True)
-    (root / "current").symlink_to(root / "releases" / "stub")
-    built["stub"] = {"dir": str(root / "releases" / "stub"), "python": "", "sglang_dir": "/stub/sglang"}
-    # The base of the stub's ansible_local.sglang_build (facts.yml adds each host's current).
-    (tmp_path / "stub_facts.json").write_text(json.dumps({"stub_build": {"schema": 2, "root": str(root), "releases": built}}))
+    # Each host's release root with its current link (to the stub release path, which need not exist): the
+    # patch check and upgrade.yml read the link itself; save.yml moves it with the host's state.
+    roots = tmp_path / "opt"
+    for host, (current, _, _) in state.items():
+        (roots / host).mkdir(parents=True)
+        if current:
+            (roots / host / "current").symlink_to(current)
+    # The base of the stub's ansible_local.sglang_build (facts.yml adds each host's root and current).
+    (tmp_path / "stub_facts.json").write_text(json.dumps({"stub_build": {"schema": 2, "releases": built},
+                                                          "stub_roots": str(roots)}))
     shutil.copytree(ROOT / "playbooks", tmp_path / "playbooks")
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "stub_dir": str(stub_dir),
               "stub_speeds": {"r1": 100, "r5-slow": 80, "r6": 100, "r7": 101, "r8-wrong": 100}}
     # The first play (validate.yml's rollout checks) gathers no facts: there the local facts are the inventory's,
     # as facts.yml would publish them; from the roles' validation on, facts.yml's.
-    base = {"schema": 2, "root": str(root), "releases": built}
-    facts = {h: {"ansible_local": {"sglang_build": dict(base, current={"id": Path(c).name, "dir": c}),
+    base = {"schema": 2, "releases": built}
+    facts = {h: {"ansible_local": {"sglang_build": dict(base, root=str(roots / h), current={"id": Path(c).name, "dir": c}),
                                    "sglang_server": {"schema": 1, "serving": s, "previous": p}}}
              for h, (c, s, p) in state.items()}
     inventory = {"all": {"vars": common, "children": {
