@@ -126,6 +126,23 @@ def converge(*extra):
     return proc, time.monotonic() - started
 
 
+def test_the_local_facts_record_what_serves_and_the_launch_check_it_passed(host):
+    """What other roles read of this one: ansible_local.sglang_server (what serves, the one previous) and the
+    launch check role sglang_eagle3_patch ran before the start (0600: the settings carry the server's
+    environment), which sglang_bench's tuner asks again before its restarts."""
+    served = json.loads(host.file("/etc/ansible/facts.d/sglang_server.fact").content_string)
+    assert served["serving"] == host.file("/var/lib/sglang/serving-release").content_string.strip()
+    assert served["serving_id"] == "r1-patched"
+    fact = host.file("/etc/ansible/facts.d/sglang_eagle3_patch.fact")
+    assert (fact.user, fact.group, fact.mode) == ("root", "root", 0o600)
+    launch = json.loads(fact.content_string)["launch"]
+    assert launch["sglang_dir"].startswith("/opt/sglang/releases/r1-patched/")
+    assert (launch["sglang_version"], launch["arch"]) == ("0.5.9", "12.0")
+    assert launch["args"]["speculative_algorithm"] == "EAGLE3"
+    assert host.file(launch["check"]).exists and host.file(launch["facts"]).exists
+    assert "test-only-key" not in fact.content_string and "hf_testonly" not in fact.content_string
+
+
 def test_checks_refuse_an_unpatched_release_in_seconds_without_a_restart(host):
     pid = host.check_output("systemctl show -p MainPID --value sglang-server")
     switch_current(host, "r2-unpatched")

@@ -83,6 +83,8 @@ def role_vars(tree: Path, tmp_path: Path, **extra) -> dict:
         "sglang_eagle3_patch_source_dir": str(tree),
         "sglang_eagle3_patch_python": sys.executable,
         "sglang_eagle3_patch_tools_dir": str(tmp_path / "tools"),
+        # The role's local fact here, not in this machine's /etc/ansible/facts.d (an extra variable outranks vars/).
+        "__sglang_eagle3_patch_fact_file": str(tmp_path / "facts.d" / "sglang_eagle3_patch.fact"),
         **extra,
     }
 
@@ -197,24 +199,35 @@ def test_check_entry_point_refuses_a_draft_tree_the_backend_cannot_run(tree_copy
     assert stats(passing)["failures"] == 0, failure_message(passing)
 
 
-def test_launch_facts_entry_point_publishes_what_the_check_is_asked(tree_copy, tmp_path):
-    """tasks_from: launch_facts, for sglang_bench's tuner: the checker on the controller, the release read
-    from the package's own version file, the GPUs and settings as given; nothing installed on the host.
-    Without launch settings it publishes {} (check.yml checks nothing then either)."""
+def test_the_check_records_the_launch_check_it_passed_for_the_tuner(tree_copy, tmp_path):
+    """After a launch check that passed, the role's local fact holds what the check was asked (the tuner of role
+    sglang_bench asks it again about its candidates), 0600; a refused one and a check without launch settings
+    (the patch playbook's) leave the record as it is."""
     tree = tree_copy(PATCHED_UPSTREAM)
-    launch = {"tp_size": 8, "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
-              "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
-    report = ansible(tmp_path, playbook(tmp_path, "launch_facts"), role_vars(
+    fact_file = tmp_path / "facts.d" / "sglang_eagle3_patch.fact"
+    launch = {"tp_size": 8, "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/draft",
+              "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    refused = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(
+        tree, tmp_path, sglang_eagle3_patch_launch_args={**launch, "speculative_eagle_topk": 2,
+                                                         "speculative_num_draft_tokens": 6},
+        sglang_eagle3_patch_gpu_arch="10.0", sglang_eagle3_patch_gpu_count=8))
+    assert stats(refused)["failures"] == 1 and not fact_file.exists()
+    report = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(
         tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="10.0",
         sglang_eagle3_patch_gpu_count=8))
-    assert stats(report)["failures"] == 0 and stats(report)["changed"] == 0, failure_message(report)
-    published = task_result(report, "(sglang_eagle3_patch_launch)")["ansible_facts"]["sglang_eagle3_patch_launch"]
-    assert published == {"check": str(LAUNCH_CHECK), "sglang_version": PATCHED_UPSTREAM, "arch": "10.0",
-                         "gpu_count": 8, "model": "kimi_k25", "args": launch}
-    assert not (tmp_path / "tools").exists()
-    empty = ansible(tmp_path, playbook(tmp_path, "launch_facts"), role_vars(tree, tmp_path))
-    assert stats(empty)["failures"] == 0, failure_message(empty)
-    assert task_result(empty, "(no launch settings)")["ansible_facts"] == {"sglang_eagle3_patch_launch": {}}
+    assert stats(report)["failures"] == 0, failure_message(report)
+    tools = tmp_path / "tools"
+    assert json.loads(fact_file.read_text()) == {"schema": 1, "launch": {
+        "check": str(tools / "sglang_launch_check.py"), "facts": str(tools / "sglang_launch_facts.json"),
+        "sglang_dir": str(tree), "sglang_version": PATCHED_UPSTREAM, "arch": "10.0", "gpu_count": 8,
+        "model": "kimi_k25", "args": launch}}
+    assert oct(fact_file.stat().st_mode & 0o777) == "0o600"
+    again = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(
+        tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="10.0",
+        sglang_eagle3_patch_gpu_count=8))
+    assert stats(again)["failures"] == 0 and stats(again)["changed"] == 0, failure_message(again)
+    none = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(tree, tmp_path))
+    assert stats(none)["failures"] == 0 and json.loads(fact_file.read_text())["launch"]["args"] == launch
 
 
 def test_check_entry_point_names_missing_methods(tree_copy, tmp_path):

@@ -31,7 +31,8 @@ def plan(settings: dict[str, Any], state_path: Path, check: bool) -> dict[str, A
         "budget_minutes": config.budget_minutes,
         "launch_rule": (f"checked against the launch facts for sglang {config.launch.version} on compute capability "
                         f"{config.launch.arch} (model {config.launch.model or 'not given'})" if config.launch
-                        else "not checked here (no launch settings given): the server's pre-start check refuses a "
+                        else "not checked here (no launch check recorded on the host for the release that serves): the "
+                             "server's pre-start check refuses a "
                              "candidate SGLang cannot start, and the search records it as failed"),
     }
     if not check:
