@@ -32,7 +32,6 @@ STILL_READ = {
     ("sglang_build", "sglang_server_attention_backend"): "sglang_server's settings (the AOT plan follows them)",
     ("sglang_build", "sglang_server_enable_flashinfer_allreduce_fusion"): "sglang_server's settings (AOT plan)",
     ("sglang_build", "sglang_server_speculative_algorithm"): "sglang_server's settings (AOT plan)",
-    ("sglang_model", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint (its writable paths)",
     ("sglang_monitoring", "sglang_bench_accept_length"): "sglang_bench's metric names",
     ("sglang_monitoring", "sglang_bench_baseline_tokens_per_second"): "sglang_bench's metric names",
     ("sglang_monitoring", "sglang_bench_textfile"): "sglang_bench's textfile collector",

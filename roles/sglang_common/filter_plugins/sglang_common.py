@@ -6,6 +6,8 @@
         -> pip's options as its PIP_* environment variables, merged over the proxy variables
     {{ local_files | sglang_common_file_payloads }}
         -> [{name, content (base64)}] of the controller's files, for the module sglang_common_files
+    {{ '/var/lib/sglang/models' | sglang_common_inside(['/var/lib/sglang', '/var/cache/sglang']) }}
+        -> ['/var/lib/sglang']: the directories that contain the path, by their text
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ def sglang_common_url(address, port, scheme="http"):
     if not 1 <= port <= 65535:
         raise AnsibleFilterError(f"sglang_common_url: port {port} is not between 1 and 65535")
     return f"{scheme}://{address}:{port}"
+
+
+def sglang_common_inside(path, parents):
+    """The parents (directories) that contain path or are path, by their text (symlinks are the host's business)."""
+    def norm(p):
+        return "/" + "/".join(x for x in str(p).split("/") if x not in ("", "."))
+    path = norm(path)
+    return [p for p in parents or [] if path == norm(p) or path.startswith(norm(p).rstrip("/") + "/")]
 
 
 def sglang_common_pip_env(proxy_env=None, index_url="", extra_index_urls=(), find_links=(), no_index=False,
@@ -84,4 +94,4 @@ def sglang_common_file_payloads(local_files, mode=None):
 class FilterModule:
     def filters(self):
         return {"sglang_common_url": sglang_common_url, "sglang_common_pip_env": sglang_common_pip_env,
-                "sglang_common_file_payloads": sglang_common_file_payloads}
+                "sglang_common_file_payloads": sglang_common_file_payloads, "sglang_common_inside": sglang_common_inside}

@@ -339,14 +339,6 @@ def sglang_model_lacking(sources, hostvars, names):
     return [h for h in sources or [] if not all(_get(hostvars, h, "__sglang_model_have", n, default=False) for n in names)]
 
 
-def sglang_model_inside(path, parents):
-    """The parents (directories) that contain path, by their text (symlinks are the host's business)."""
-    def norm(p):
-        return "/" + "/".join(x for x in str(p).split("/") if x not in ("", "."))
-    path = norm(path)
-    return [p for p in parents or [] if path == norm(p) or path.startswith(norm(p).rstrip("/") + "/")]
-
-
 def sglang_model_report(models, plans, hosts, hostvars, fanout=True):
     """One line per model: revision (resolved), size, who holds it, who stages it and how."""
     lines = []
@@ -442,7 +434,6 @@ class FilterModule:
             "sglang_model_holders": sglang_model_holders,
             "sglang_model_have_of": sglang_model_have_of,
             "sglang_model_lacking": sglang_model_lacking,
-            "sglang_model_inside": sglang_model_inside,
             "sglang_model_report": sglang_model_report,
             "sglang_model_direct": sglang_model_direct,
             "sglang_model_pick": sglang_model_pick,

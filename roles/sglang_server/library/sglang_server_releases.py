@@ -14,7 +14,9 @@ description:
   - The fact, schema 1 -- C(serving), the release that last became ready (the state file serving-release, written
     after every successful start) and C(previous), the release that served before it (previous-release: written
     when a different release becomes ready, kept when the release going back is the previous one itself), each
-    a release directory or "" (none recorded); C(serving_id) and C(previous_id), their directories' names.
+    a release directory or "" (none recorded); C(serving_id) and C(previous_id), their directories' names;
+    C(writable_paths), the directories the server's unit may write (I(writable_paths)), which role sglang_model
+    keeps the models and their local sources out of.
     C(previous) is the one "previous" of the project, playbooks/rollback.yml's target; role sglang_build
     never prunes C(serving) or C(previous). The release the next start runs is role sglang_build's
     (ansible_local.sglang_build.current).
@@ -25,6 +27,11 @@ options:
     description: The server's home directory, which holds serving-release and previous-release.
     type: path
     required: true
+  writable_paths:
+    description: The directories the server may write (its unit's ReadWritePaths).
+    type: list
+    elements: path
+    default: []
   fact_file:
     description: The local fact file to write.
     type: path
@@ -36,6 +43,7 @@ EXAMPLES = r"""
 - name: Record what serves for other roles (ansible_local.sglang_server)
   sglang_server_releases:
     home: /var/lib/sglang
+    writable_paths: [/var/lib/sglang, /var/cache/sglang]
 """
 
 RETURN = r"""
@@ -61,17 +69,19 @@ def recorded(home: str, name: str) -> str:
         return ""
 
 
-def describe(home: str) -> dict:
+def describe(home: str, writable_paths: list | None = None) -> dict:
     fact: dict = {"schema": SCHEMA}
     for key, name in RECORDS.items():
         release = recorded(home, name)
         fact[key] = release
         fact[f"{key}_id"] = os.path.basename(os.path.normpath(release)) if release else ""
+    fact["writable_paths"] = list(writable_paths or [])
     return fact
 
 
 def main() -> None:
-    fact_module_main("sglang_server", "home", describe, "releases")
+    fact_module_main("sglang_server", "home", describe, "releases",
+                     {"writable_paths": {"type": "list", "elements": "path", "default": []}})
 
 if __name__ == "__main__":
     main()

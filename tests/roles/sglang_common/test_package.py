@@ -240,3 +240,12 @@ def test_dirs_module_creates_and_corrects_only_what_differs(tmp_path):
     for res, (_, named) in zip(refused, bad, strict=True):
         assert res.get("failed") and named in res["msg"], res
     assert not (base / "new").exists()  # nothing created before a refusal
+
+
+def test_inside_by_text():
+    """Which directories contain a path (role sglang_server's and role sglang_model's writable-path checks)."""
+    inside = common.sglang_common_inside
+    assert inside("/var/lib/sglang/models", ["/var/lib/sglang", "/var/cache/sglang"]) == ["/var/lib/sglang"]
+    assert inside("/var/lib/sglang-models", ["/var/lib/sglang"]) == []
+    assert inside("/srv/models/", ["/srv/models"]) == ["/srv/models"]
+    assert inside("/srv//models/./x", ["/srv/models/"]) == ["/srv/models/"]

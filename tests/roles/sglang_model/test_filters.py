@@ -182,12 +182,6 @@ def test_host_state_counts_what_is_already_staged():
     assert state["have"] is False
 
 
-def test_inside_writable_paths_by_text():
-    assert F.sglang_model_inside("/var/lib/sglang/models", ["/var/lib/sglang", "/var/cache/sglang"]) == ["/var/lib/sglang"]
-    assert F.sglang_model_inside("/var/lib/sglang-models", ["/var/lib/sglang"]) == []
-    assert F.sglang_model_inside("/srv/models/", ["/srv/models"]) == ["/srv/models"]
-
-
 def test_one_progress_line_per_poll():
     """The tool words the lines the role prints (progress per poll, the result at the end)."""
     from repo import load, role_file

@@ -9,6 +9,7 @@ tests/harness/bad_inputs.py), as a site with one bad host among many would.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -30,8 +31,9 @@ def model(name="target", repo="test-org/tiny", revision="main", **kw):
             **kw}
 
 
-def validate(tmp_path, double, models=None, hosts=("gpu1",), host_vars=None, **settings):
-    """Run the role's validation; returns (rc, output). host_vars: {host: {variable: value}}."""
+def validate(tmp_path, double, models=None, hosts=("gpu1",), host_vars=None, extra=None, **settings):
+    """Run the role's validation; returns (rc, output). host_vars: {host: {variable: value}}; extra: extra vars
+    (they outrank the facts the play gathers here)."""
     common = {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
               "ansible_become": False, "sglang_common_models_root": str(tmp_path / "models"),
               "sglang_model_hub_endpoint": double.url, "sglang_model_min_free_gb": 0,
@@ -45,7 +47,7 @@ def validate(tmp_path, double, models=None, hosts=("gpu1",), host_vars=None, **s
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run([str(ANSIBLE), "-i", str(inv), str(ROOT / "playbooks" / "model.yml"), "--check",
-                           "--tags", "sglang_model_validate", "-v"],
+                           "--tags", "sglang_model_validate", "-v", *(["-e", json.dumps(extra)] if extra else [])],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     for secret in (TOKEN, OTHER_TOKEN, INVALID_TOKEN):
@@ -83,10 +85,10 @@ HOST_CASES = [
      "plus sglang_model_min_free_gb (1000000000 GB)"),
     ("root inside the server's writable paths", None, {"sglang_model_server_writable_paths": ["/tmp"]},
      "which the SGLang server may write (sglang_model_server_writable_paths)"),
-    # playbooks/model.yml validates the server first: its home, published by its checks, is one of them.
+    # playbooks/model.yml validates the server too: on a host where the server has not run, its own check.
     ("root inside the server's home", None,
      {"sglang_server_home": "/tmp/sglang-home", "sglang_common_models_root": "/tmp/sglang-home/models"},
-     "sglang_common_models_root /tmp/sglang-home/models is inside /tmp/sglang-home, which the SGLang server may write"),
+     "/tmp/sglang-home/models is inside /tmp/sglang-home or /var/cache/sglang, which the server may write"),
     ("duplicate names", [model(), model()], {}, "sglang_model_models: the name 'target' is used twice"),
     ("missing revision", [{"name": "target", "repo_id": "test-org/tiny"}], {},
      "missing required arguments: revision"),
@@ -124,6 +126,17 @@ def test_a_hosts_bad_value_fails_that_host_naming_the_variable(batch, case, expe
     assert expected in failures.get(host, ""), f"{case}:\n{failures.get(host) or out[-3000:]}"
     assert recap[host] == 0, f"{case}: changed {recap[host]}"
     assert not (tmp / "models").exists()
+
+
+def test_the_paths_the_server_recorded_on_the_host_are_kept_clear(tmp_path, double):
+    """Once the server has run on a host, its local fact names what it may write (role sglang_server records
+    it): this role reads the paths from there, not from the server's variables."""
+    home = tmp_path / "elsewhere"  # not the server's sglang_server_home: only the fact names it
+    rc, out = validate(tmp_path, double, sglang_common_models_root=str(home / "models"),
+                       extra={"ansible_local": {"sglang_server": {"schema": 1, "writable_paths": [str(home)]}}})
+    assert rc != 0, out[-2000:]
+    assert f"sglang_common_models_root {home}/models is inside {home}, which the SGLang server may write" in out, out[-3000:]
+    assert not home.exists()
 
 
 def test_too_little_space_names_both_numbers(batch):

@@ -25,6 +25,8 @@ CASES = [
      "sglang_server_speculative_draft_model_path"),
     ("draft-model-hub-id", {"sglang_server_speculative_draft_model_path": "lightseekorg/kimi-k2.5-eagle3"},
      "sglang_server_speculative_draft_model_path"),
+    ("models-root-inside-server-home", {"sglang_common_models_root": "/var/lib/sglang/models"},
+     "/var/lib/sglang/models is inside /var/lib/sglang or /var/cache/sglang, which the server may write"),
     ("mem-fraction-above-one", {"sglang_server_mem_fraction_static": 1.5}, "sglang_server_mem_fraction_static"),
     ("api-key-in-extra-args", {"sglang_server_extra_args": ["--api-key", "leak"]}, "sglang_server_extra_args"),
     ("readiness-step-above-timeout", {"sglang_server_readiness_timeout": 60, "sglang_server_readiness_step": 120},

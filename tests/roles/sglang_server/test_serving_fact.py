@@ -15,14 +15,15 @@ mod = load_fact_module(MODULE, "sglang_server_releases")
 def test_serving_and_previous_from_the_state_files(tmp_path):
     (tmp_path / "serving-release").write_text("/opt/sglang/releases/sglang-0.5.23-a\n")
     (tmp_path / "previous-release").write_text("/opt/sglang/releases/sglang-0.5.17-b\n")
-    assert mod.describe(str(tmp_path)) == {
+    assert mod.describe(str(tmp_path), ["/var/lib/sglang", "/var/cache/sglang"]) == {
         "schema": 1, "serving": "/opt/sglang/releases/sglang-0.5.23-a", "serving_id": "sglang-0.5.23-a",
-        "previous": "/opt/sglang/releases/sglang-0.5.17-b", "previous_id": "sglang-0.5.17-b"}
+        "previous": "/opt/sglang/releases/sglang-0.5.17-b", "previous_id": "sglang-0.5.17-b",
+        "writable_paths": ["/var/lib/sglang", "/var/cache/sglang"]}
 
 
 def test_a_host_that_never_served(tmp_path):
     assert mod.describe(str(tmp_path / "none")) == {"schema": 1, "serving": "", "serving_id": "", "previous": "",
-                                                    "previous_id": ""}
+                                                    "previous_id": "", "writable_paths": []}
     (tmp_path / "serving-release").write_text("/opt/sglang/releases/r1\n")  # served one release, no previous yet
     fact = mod.describe(str(tmp_path))
     assert (fact["serving_id"], fact["previous"], fact["previous_id"]) == ("r1", "", "")
@@ -34,11 +35,13 @@ def test_written_only_when_it_changes_and_check_mode_writes_nothing(tmp_path):
     (home / "serving-release").write_text("/opt/sglang/releases/r1\n")
 
     def run(check_mode=False, diff=False):
-        return run_fact_module(MODULE, {"home": str(home), "fact_file": str(fact_file)}, tmp_path, check_mode, diff)
+        return run_fact_module(MODULE, {"home": str(home), "fact_file": str(fact_file), "writable_paths": [str(home)]},
+                               tmp_path, check_mode, diff)
 
     first = run(check_mode=True, diff=True)
     assert first["changed"] and not fact_file.exists() and '"serving_id": "r1"' in first["diff"]["after"]
     assert run()["changed"] and json.loads(fact_file.read_text())["serving"] == "/opt/sglang/releases/r1"
+    assert json.loads(fact_file.read_text())["writable_paths"] == [str(home)]
     assert oct(fact_file.stat().st_mode & 0o777) == "0o644"
     assert not run()["changed"]
     (home / "previous-release").write_text("/opt/sglang/releases/r1\n")  # a new release became ready
