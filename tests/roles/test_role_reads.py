@@ -28,7 +28,6 @@ STILL_READ = {
     ("sglang_bench", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
     ("sglang_bench", "sglang_server_multinode_group"): "sglang_server's settings (the node plan)",
     ("sglang_bench", "sglang_server_speculative_algorithm"): "sglang_server's settings (what the server runs)",
-    ("sglang_build", "nvidia_cuda_report"): "nvidia_cuda's facts (the CUDA toolkit the build compiles with)",
     ("sglang_build", "sglang_server_attention_backend"): "sglang_server's settings (the AOT plan follows them)",
     ("sglang_build", "sglang_server_enable_flashinfer_allreduce_fusion"): "sglang_server's settings (AOT plan)",
     ("sglang_build", "sglang_server_speculative_algorithm"): "sglang_server's settings (AOT plan)",

@@ -81,12 +81,15 @@ def test_defaults_specs_and_readme_agree():
 
 @needs_ansible
 def test_arch_list_is_derived_from_what_nvidia_cuda_detected_and_an_explicit_list_wins(tmp_path):
+    def gpus(*caps):
+        return {"ansible_local": {"nvidia_cuda": {"gpus": [{"compute_cap": c} for c in caps]}}}
+
     cases = [
         ([], "12.0a", "sglang_build_default_compute_capability: nvidia_cuda detected no GPU"),
-        (ev({"nvidia_cuda_report": {"gpus": [{"compute_cap": "12.0"}, {"compute_cap": "9.0"}, {"compute_cap": "12.0"}]}}),
+        (ev(gpus("12.0", "9.0", "12.0")),
          "9.0a 12.0a", "detected by nvidia_cuda"),
-        (ev({"ansible_local": {"nvidia_cuda": {"gpus": [{"compute_cap": "8.9"}]}}}), "8.9", "detected by nvidia_cuda"),
-        (ev({"nvidia_cuda_report": {"gpus": [{"compute_cap": "9.0"}]}, "sglang_build_flashinfer_cuda_arch_list": "12.0a"}),
+        (ev(gpus("8.9")), "8.9", "detected by nvidia_cuda"),
+        (ev({**gpus("9.0"), "sglang_build_flashinfer_cuda_arch_list": "12.0a"}),
          "12.0a", "sglang_build_flashinfer_cuda_arch_list"),
     ]
     for extra, arch, source in cases:
@@ -94,7 +97,7 @@ def test_arch_list_is_derived_from_what_nvidia_cuda_detected_and_an_explicit_lis
         assert proc.returncode == 0, proc.stdout[-3000:]
         assert spec["arch"]["flashinfer_cuda_arch_list"] == arch, extra
         assert source in spec["flashinfer_aot"]["arch_list_from"], spec["flashinfer_aot"]
-        if "nvidia_cuda_report" not in str(extra) and "ansible_local" not in str(extra):
+        if "ansible_local" not in str(extra):
             assert "derived from compute capability 12.0" in spec["flashinfer_aot"]["arch_list_from"]
 
 
@@ -247,7 +250,7 @@ def test_validation_names_the_variable_when_nvcc_cannot_build_an_arch(tmp_path):
     proc, _ = render(tmp_path, "-e", "sglang_build_flashinfer_cuda_arch_list='7.0 12.0a'")
     assert proc.returncode != 0
     assert f"sglang_build_flashinfer_cuda_arch_list: 7.0 cannot be built by {NVCC}" in proc.stdout
-    proc, _ = render(tmp_path, *ev({"nvidia_cuda_report": {"gpus": [{"compute_cap": "7.0"}]}}))
+    proc, _ = render(tmp_path, *ev({"ansible_local": {"nvidia_cuda": {"gpus": [{"compute_cap": "7.0"}]}}}))
     assert proc.returncode != 0
     assert "sglang_build_flashinfer_cuda_arch_list (empty: derived from compute capability 7.0, detected by nvidia_cuda): " \
            "7.0 cannot be built" in proc.stdout
