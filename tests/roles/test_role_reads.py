@@ -2,7 +2,8 @@
 settings of sglang_common, never another role's variable or a fact another role published with set_fact.
 
 Read statically from every role's tasks, handlers, defaults, vars and templates: each name with another role's
-prefix. Allowed: sglang_common_* (the shared settings), and the variables a task hands to the role it includes
+prefix that the other role defines as a variable (see defined(): a metric or file name that only looks like one
+is no read). Allowed: sglang_common_* (the shared settings), and the variables a task hands to the role it includes
 (include_role/import_role `vars:` keys: that role's documented inputs). What is still read across roles is
 listed in STILL_READ, each with the owner's describe entry point that publishes it: the facts redesign's work
 left. The test fails on a read that is not allowed and not listed (a new cross-role read), and on a listed
@@ -31,10 +32,6 @@ STILL_READ = {
     ("sglang_build", "sglang_server_attention_backend"): "sglang_server's settings (the AOT plan follows them)",
     ("sglang_build", "sglang_server_enable_flashinfer_allreduce_fusion"): "sglang_server's settings (AOT plan)",
     ("sglang_build", "sglang_server_speculative_algorithm"): "sglang_server's settings (AOT plan)",
-    ("sglang_monitoring", "sglang_bench_accept_length"): "sglang_bench's metric names",
-    ("sglang_monitoring", "sglang_bench_baseline_tokens_per_second"): "sglang_bench's metric names",
-    ("sglang_monitoring", "sglang_bench_textfile"): "sglang_bench's textfile collector",
-    ("sglang_monitoring", "sglang_bench_tokens_per_second"): "sglang_bench's metric names",
     ("sglang_monitoring", "sglang_router_port"): "sglang_router's settings",
     ("sglang_monitoring", "sglang_router_prometheus_port"): "sglang_router's settings",
     ("sglang_monitoring", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
@@ -46,6 +43,31 @@ def owner(name: str) -> str | None:
     return next((p for p in PREFIXES if name.startswith(p + "_")), None)
 
 
+def defined(role: str) -> set[str]:
+    """The variables a role defines: its defaults, vars, every entry point's options, its set_fact and register
+    names. A name with the role's prefix that is none of them (a metric the monitoring's own exporter writes,
+    sglang_bench_tokens_per_second; a file name) is no read of the role's variables."""
+    base = ROLES / role
+    names: set[str] = set()
+    for rel in ("defaults/main.yml", "vars/main.yml"):
+        path = base / rel
+        if path.is_file():
+            names.update(yaml.safe_load(path.read_text()) or {})
+    specs = base / "meta" / "argument_specs.yml"
+    if specs.is_file():
+        for entry in (yaml.safe_load(specs.read_text()) or {}).get("argument_specs", {}).values():
+            names.update((entry or {}).get("options") or {})
+    for _path, task in tasks_of(role):
+        facts = task.get("ansible.builtin.set_fact")
+        names.update(facts if isinstance(facts, dict) else {})
+        if isinstance(task.get("register"), str):
+            names.add(task["register"])
+    return {name.lstrip("_") for name in names}
+
+
+DEFINED = {role: defined(role) for role in ROLE_NAMES}
+
+
 def reads(role: str) -> dict[str, set[str]]:
     """Each name with another role's prefix the role reads, and the files it is read in."""
     found: dict[str, set[str]] = defaultdict(set)
@@ -53,7 +75,7 @@ def reads(role: str) -> dict[str, set[str]]:
     def scan(text: str, where: str) -> None:
         for name in NAME.findall(text):
             who = owner(name)
-            if who and who != role and who != "sglang_common":
+            if who and who != role and who != "sglang_common" and name in DEFINED.get(who, ()):
                 found[name].add(where)
 
     for path, task in tasks_of(role):
