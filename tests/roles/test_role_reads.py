@@ -1,7 +1,8 @@
 """What a role reads of another role (issue 41): the other role's local fact (ansible_local.<role>) or the shared
 settings of sglang_common, never another role's variable or a fact another role published with set_fact.
 
-Read statically from every role's tasks, handlers, defaults, vars and templates: each name with another role's
+Read statically from every role's tasks, handlers, defaults, vars and templates (and the names its filter
+plugins quote: they read hostvars by name): each name with another role's
 prefix that the other role defines as a variable (see defined(): a metric or file name that only looks like one
 is no read). Allowed: sglang_common_* (the shared settings), and the variables a task hands to the role it includes
 (include_role/import_role `vars:` keys: that role's documented inputs). What is still read across roles is
@@ -33,6 +34,7 @@ STILL_READ = {
     ("sglang_build", "sglang_server_enable_flashinfer_allreduce_fusion"): "sglang_server's settings (AOT plan)",
     ("sglang_build", "sglang_server_speculative_algorithm"): "sglang_server's settings (AOT plan)",
     ("sglang_monitoring", "sglang_router_port"): "sglang_router's settings",
+    ("sglang_monitoring", "sglang_router_prometheus_host"): "sglang_router's settings (its filter, through hostvars)",
     ("sglang_monitoring", "sglang_router_prometheus_port"): "sglang_router's settings",
     ("sglang_monitoring", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
     ("sglang_router", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
@@ -97,6 +99,9 @@ def reads(role: str) -> dict[str, set[str]]:
                 else:
                     text = re.sub(r"\{#.*?#\}", "", text, flags=re.S)
                 scan(text, f"{folder}/{path.name}")
+    # Filters get hostvars and read other hosts' variables by name: the names they quote.
+    for path in sorted((base / "filter_plugins").glob("*.py")) if (base / "filter_plugins").is_dir() else []:
+        scan(" ".join(re.findall(r"""["']([a-z0-9_]+)["']""", path.read_text())), f"filter_plugins/{path.name}")
     return found
 
 
