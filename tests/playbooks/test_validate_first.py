@@ -144,8 +144,8 @@ def test_a_bad_router_value_fails_in_the_first_play_with_the_host_unchanged(host
 # ------------------------------------------------------------------ every role on every host, the same in every run
 
 # Bad values of three roles on one host and of one role on another, beside a good host. The first
-# host's models root lies inside the server's home, a fact only sglang_server's checks publish: its
-# model check fails only when it runs after the server's, as the play's list orders them.
+# host's models root lies inside the server's home: the server's own checks refuse it (they own the
+# paths the server may write), so no check depends on another role's having run first.
 MANY = {
     "three-roles": {"nvidia_cuda_driver_branch": "58", "sglang_common_models_root": "/var/lib/sglang/models",
                     "sglang_bench_confidence": 1.5},
@@ -155,7 +155,7 @@ MANY = {
 # Each bad host's roles in the play's order, each with the words its own check's message must show.
 MANY_FAILED = {
     "three-roles": [("nvidia_cuda", "nvidia_cuda_driver_branch must be three digits"),
-                    ("sglang_model", "sglang_common_models_root /var/lib/sglang/models is inside /var/lib/sglang,"),
+                    ("sglang_server", "/var/lib/sglang/models is inside /var/lib/sglang or /var/cache/sglang"),
                     ("sglang_bench", "sglang_bench_confidence (1.5) must be a number between 0 and 1")],
     "one-role": [("sglang_server", "sglang_server_tp_size must divide sglang_server_gpu_count")],
 }
