@@ -1,8 +1,9 @@
 """What a role reads of another role (issue 41): the other role's local fact (ansible_local.<role>) or the shared
 settings of sglang_common, never another role's variable or a fact another role published with set_fact.
 
-Read statically from every role's tasks, handlers, defaults, vars and templates (and the names its filter
-plugins quote: they read hostvars by name): each name with another role's
+Read statically from what Jinja evaluates in every role's tasks, handlers, defaults, vars and templates (the
+insides of {{ }} and {% %}, and whole conditionals; not a mapping's keys, not plain text such as a message naming
+a setting for the user), and the names its filter plugins quote (they read hostvars by name): each name with another role's
 prefix that the other role defines as a variable (see defined(): a metric or file name that only looks like one
 is no read). Allowed: sglang_common_* (the shared settings), and the variables a task hands to the role it includes
 (include_role/import_role `vars:` keys: that role's documented inputs). What is still read across roles is
@@ -13,7 +14,6 @@ read that is gone (move it off the list: it keeps the list true).
 
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 
@@ -28,8 +28,6 @@ NAME = re.compile(r"(?<![\w.])(?:__)?((?:sglang_[a-z0-9]+|nvidia_cuda|gpu_prefli
 # Still read across roles: (reader, name) -> what publishes it. Issue 41's remaining slices.
 STILL_READ = {
     ("sglang_bench", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
-    ("sglang_bench", "sglang_server_multinode_group"): "sglang_server's settings (the node plan)",
-    ("sglang_bench", "sglang_server_speculative_algorithm"): "sglang_server's settings (what the server runs)",
     ("sglang_build", "sglang_server_attention_backend"): "sglang_server's settings (the AOT plan follows them)",
     ("sglang_build", "sglang_server_enable_flashinfer_allreduce_fusion"): "sglang_server's settings (AOT plan)",
     ("sglang_build", "sglang_server_speculative_algorithm"): "sglang_server's settings (AOT plan)",
@@ -70,6 +68,23 @@ def defined(role: str) -> set[str]:
 DEFINED = {role: defined(role) for role in ROLE_NAMES}
 
 
+# What Jinja evaluates: the insides of {{ }} and {% %}, and whole conditionals (when, that, ...). A mapping's
+# keys (the settings an include passes, a fact's name) and plain text (a message that names a setting for
+# the user) read nothing.
+JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+CONDITIONALS = {"when", "that", "until", "changed_when", "failed_when"}
+
+
+def expressions(data, conditional: bool = False) -> str:
+    if isinstance(data, dict):
+        return " ".join(expressions(v, k in CONDITIONALS) for k, v in data.items())
+    if isinstance(data, list):
+        return " ".join(expressions(v, conditional) for v in data)
+    if isinstance(data, str):
+        return data if conditional else " ".join(JINJA.findall(data))
+    return ""
+
+
 def reads(role: str) -> dict[str, set[str]]:
     """Each name with another role's prefix the role reads, and the files it is read in."""
     found: dict[str, set[str]] = defaultdict(set)
@@ -88,16 +103,16 @@ def reads(role: str) -> dict[str, set[str]]:
                 target = included_name(role, args["name"])
                 # the included role's inputs: their names are allowed, their values are read here
                 task["vars"] = {("" if k.startswith(target + "_") else k): v for k, v in task["vars"].items()}
-        scan(json.dumps(task), f"tasks/{path.name}")
+        scan(expressions(task), f"tasks/{path.name}")
     base = ROLES / role
     for folder in ("handlers", "defaults", "vars", "templates"):
         for path in sorted((base / folder).rglob("*")) if (base / folder).is_dir() else []:
             if path.is_file():
                 text = path.read_text()
                 if path.suffix in (".yml", ".yaml"):
-                    text = json.dumps(yaml.safe_load(text))  # comments are not reads
+                    text = expressions(yaml.safe_load(text))  # comments are not reads
                 else:
-                    text = re.sub(r"\{#.*?#\}", "", text, flags=re.S)
+                    text = " ".join(JINJA.findall(re.sub(r"\{#.*?#\}", "", text, flags=re.S)))
                 scan(text, f"{folder}/{path.name}")
     # Filters get hostvars and read other hosts' variables by name: the names they quote.
     for path in sorted((base / "filter_plugins").glob("*.py")) if (base / "filter_plugins").is_dir() else []:
