@@ -28,9 +28,6 @@ NAME = re.compile(r"(?<![\w.])(?:__)?((?:sglang_[a-z0-9]+|nvidia_cuda|gpu_prefli
 # Still read across roles: (reader, name) -> what publishes it. Issue 41's remaining slices.
 STILL_READ = {
     ("sglang_bench", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
-    ("sglang_build", "sglang_server_attention_backend"): "sglang_server's settings (the AOT plan follows them)",
-    ("sglang_build", "sglang_server_enable_flashinfer_allreduce_fusion"): "sglang_server's settings (AOT plan)",
-    ("sglang_build", "sglang_server_speculative_algorithm"): "sglang_server's settings (AOT plan)",
     ("sglang_monitoring", "sglang_router_port"): "sglang_router's settings",
     ("sglang_monitoring", "sglang_router_prometheus_host"): "sglang_router's settings (its filter, through hostvars)",
     ("sglang_monitoring", "sglang_router_prometheus_port"): "sglang_router's settings",

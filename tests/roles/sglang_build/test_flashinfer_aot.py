@@ -102,7 +102,9 @@ def test_arch_list_is_derived_from_what_nvidia_cuda_detected_and_an_explicit_lis
 
 
 @needs_ansible
-def test_the_module_set_follows_the_inventorys_server_settings(tmp_path):
+def test_the_module_set_follows_the_server_settings_the_inventory_links(tmp_path):
+    """The build reads no variable of the server's role (issue 41): its own three settings, which the example
+    inventory links to the server's (group_vars/gpu_hosts/sglang_build.yml)."""
     proc, spec = render(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     aot = spec["flashinfer_aot"]
@@ -110,8 +112,13 @@ def test_the_module_set_follows_the_inventorys_server_settings(tmp_path):
             aot["speculative_algorithm"], aot["draft_head_dim"]) == (True, [], "", False, "EAGLE3", 128)
     # The reference host's defaults: SGLang picks triton attention on SM120, no FlashInfer module.
     assert sb.Build(spec, python_version="3.12").aot_modules == []
-    proc, spec = render(tmp_path, "-e", "sglang_server_attention_backend=flashinfer",
-                        "-e", "sglang_server_enable_flashinfer_allreduce_fusion=true")
+    example = yaml.safe_load((ROOT / "inventory/example/group_vars/gpu_hosts/sglang_build.yml").read_text())
+    links = {k: v for k, v in example.items() if k.startswith("sglang_build_flashinfer_aot_")}
+    assert sorted(links) == ["sglang_build_flashinfer_aot_allreduce_fusion", "sglang_build_flashinfer_aot_attention_backend",
+                             "sglang_build_flashinfer_aot_speculative_algorithm"], links
+    server = {"sglang_server_attention_backend": "flashinfer", "sglang_server_enable_flashinfer_allreduce_fusion": True,
+              "sglang_server_speculative_algorithm": "EAGLE3"}
+    proc, spec = render(tmp_path, *ev({**links, **server}))
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (spec["flashinfer_aot"]["attention_backend"], spec["flashinfer_aot"]["allreduce_fusion"]) == ("flashinfer", True)
     labels = [sb.aot_label(m) for m in sb.Build(spec, python_version="3.12").aot_modules]
@@ -135,7 +142,7 @@ def test_each_release_set_says_whether_its_sampler_takes_flashinfers_kernels(tmp
 @needs_ansible
 def test_an_mla_draft_needs_a_release_that_serves_it(tmp_path):
     proc, spec = render(tmp_path, "-e", "sglang_build_release_set=0.5.23", "-e",
-                        "sglang_build_flashinfer_aot_draft_attention=mla", "-e", "sglang_server_attention_backend=flashinfer")
+                        "sglang_build_flashinfer_aot_draft_attention=mla", "-e", "sglang_build_flashinfer_aot_attention_backend=flashinfer")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert [sb.aot_label(m) for m in sb.Build(spec, python_version="3.12").aot_modules] == [
         "mla fa2 bfloat16 512/64", "prefill fa2 bfloat16 192/128", "sampling"]
