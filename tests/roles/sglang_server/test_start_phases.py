@@ -1,0 +1,160 @@
+"""files/sglang_start_phases.py against real SGLang 0.5.17 logs recorded on the H200 (docs/validation/).
+
+The figures asserted here are read off those logs by hand: the 8B shape's first start on a fresh
+machine (docs/validation/testbed-h200/server/shape-server-1-8b-eagle3.log: EAGLE-3, CUDA graphs on,
+Triton compiling the prefill graphs' kernels), its restart with the Triton cache kept (.log.gz), a
+real-weights SmolLM2 start (a loader progress bar), and a start that failed in graph capture
+(docs/validation/sglang_serve-h200/server-1-start.log). Lines of other releases and of a
+tensor-parallel rank are taken from SGLang's source (0.5.9's format strings, 0.5.17's
+configure_logger prefix " TP<n>" and SGLANG_LOG_MS).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from repo import ROOT, load, role_file
+
+PHASES = role_file("sglang_server", "files", "sglang_start_phases.py")
+sp = load(PHASES, "sglang_start_phases")
+TESTBED = ROOT / "docs/validation/testbed-h200/server"
+SERVE = ROOT / "docs/validation/sglang_serve-h200"
+
+
+def read_log(path, **kw):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
+        return sp.read(handle, **kw)
+
+
+def seconds(result, phase):
+    return next(s["seconds"] for s in result["phases"] if s["phase"] == phase)
+
+
+def test_fresh_start_of_the_8b_shape_with_eagle3_and_cuda_graphs():
+    r = read_log(TESTBED / "shape-server-1-8b-eagle3.log")
+    assert r["found"] and r["origin"] == "first log line"
+    target, draft = r["weights"]
+    assert (target["model"], target["type"], target["elapsed_s"], target["mem_usage_gib"]) == (
+        "target", "LlamaForCausalLM", 0.26, 15.02)
+    assert target["avail_before_gib"] == 139.09 and target["avail_after_gib"] == 124.07
+    assert target["mem_usage_bytes"] == int(15.02 * 2**30)
+    assert (draft["model"], draft["type"], draft["elapsed_s"], draft["mem_usage_gib"]) == (
+        "draft", "LlamaForCausalLMEagle3", 0.01, 2.14)
+    assert [(g["name"], g["elapsed_s"], g["sizes"], g["backend"]) for g in r["cuda_graphs"]] == [
+        ("target prefill", 79.96, 58, "breakable"), ("target verify", 5.99, 23, "full"),
+        ("draft prefill", 1.61, 58, "breakable"), ("draft decode", 5.75, 23, "full"),
+        ("draft extend", 1.35, 23, "full")]
+    assert [(k["tokens"], k["k_gib"]) for k in r["kv_cache"]] == [(802708, 48.99), (802708, 1.53)]
+    # 17:54:07 first line, 17:54:41 weights, 17:54:47 graphs begin, 17:56:21 graphs end,
+    # 17:56:22 Uvicorn, 17:56:26 fired up, 17:56:28 the first 200 on /health_generate.
+    assert r["marks"] == {"launch": None, "first_line": 0.0, "weights_begin": 34.0, "weights_end": 34.0,
+                          "draft_weights_end": 38.0, "kv_cache_end": 40.0, "graphs_begin": 40.0,
+                          "graphs_end": 134.0, "http_up": 135.0, "fired_up": 139.0, "ready": 141.0}
+    assert r["ready_s"] == 141.0 and r["ready_from"].startswith("first 200 on /health_generate")
+    assert seconds(r, "graphs_begin->graphs_end") == 94.0
+    graphs = next(s for s in r["phases"] if s["phase"] == "graphs_begin->graphs_end")
+    assert graphs["printed_s"] == round(79.96 + 5.99 + 1.61 + 5.75 + 1.35, 2)
+    assert sum(s["seconds"] for s in r["phases"]) == 141.0  # the segments add up to the whole
+    t = r["startup_timings"]
+    assert t["load_weight"] == 0.26 and t["scheduler_e2e"] == 106.22 and t["tokenizer_e2e"] == 132.42
+    assert t["cuda_graph"] == {"prefill": 79.96, "decode": 0.0, "target_verify": 5.99, "draft_prefill": 1.61,
+                               "draft_decode": 5.75, "draft_extend": 1.35}
+    assert r["errors"] == []
+    assert r["jit"]["count"] == 0  # Triton compiles silently: its cache tells (tests/device/restart_proof.py)
+
+
+def test_a_restart_with_the_triton_cache_kept_captures_the_prefill_graphs_in_ten_seconds():
+    r = read_log(TESTBED / "shape-server-2-8b-eagle3-restart1.log.gz")
+    graphs = {g["name"]: g["elapsed_s"] for g in r["cuda_graphs"]}
+    assert graphs["target prefill"] == 10.0 and graphs["target verify"] == 2.5
+    assert r["ready_s"] == 62.0 and seconds(r, "graphs_begin->graphs_end") == 16.0
+
+
+def test_real_weights_and_the_loaders_progress_bar():
+    r = read_log(TESTBED / "smol-server-1-smol-plain.log")
+    assert [(w["model"], w["elapsed_s"], w["mem_usage_gib"]) for w in r["weights"]] == [("target", 0.16, 0.27)]
+    assert r["loader_bars"]["Multi-thread loading shards"]["done"] == 1
+    assert r["loader_bars"]["Multi-thread loading shards"]["percent"] == 100
+    assert [g["name"] for g in r["cuda_graphs"]] == ["target prefill", "target decode"]
+    assert r["marks"]["draft_weights_end"] is None
+    assert r["ready_s"] == 49.0
+
+
+def test_launch_and_readiness_given_from_outside_anchor_the_phases():
+    first = read_log(TESTBED / "shape-server-1-8b-eagle3.log")["first_line_epoch"]
+    r = read_log(TESTBED / "shape-server-1-8b-eagle3.log", started=first - 27.5, ready=first + 142.5)
+    assert r["origin"] == "launch (--started)" and r["ready_from"] == "--ready"
+    assert r["marks"]["first_line"] == 27.5 and r["ready_s"] == 170.0
+    assert r["phases"][0] == {"phase": "launch->first_line", "what": "imports and argument parsing", "seconds": 27.5}
+    assert round(sum(s["seconds"] for s in r["phases"]), 2) == 170.0
+
+
+def test_a_start_that_failed_names_its_error_and_has_no_readiness():
+    r = read_log(SERVE / "server-1-start.log")
+    assert r["ready_s"] is None and r["marks"]["fired_up"] is None
+    assert any("Traceback" in e for e in r["errors"])
+
+
+def test_a_tensor_parallel_ranks_lines_milliseconds_and_older_releases_formats():
+    lines = [
+        "[2026-12-05 10:00:00.100 TP0] server_args=ServerArgs(model_path='/m')",
+        "[2026-12-05 10:00:30.500 TP0] Load weight begin. avail mem=94.50 GB",
+        "[2026-12-05 10:00:30.600 TP1] Load weight begin. avail mem=94.50 GB",
+        "Multi-thread loading shards:  50% Completed | 32/64 [00:40<00:40, 1.25s/it]",
+        "Multi-thread loading shards: 100% Completed | 64/64 [01:21<00:00, 1.27s/it]",
+        "[2026-12-05 10:01:52.000 TP1] Load weight end. elapsed=81.40 s, type=DeepseekV3ForCausalLM, "
+        "quant=compressed-tensors, avail mem=26.10 GB, mem usage=68.40 GB.",
+        "[2026-12-05 10:01:52.250 TP0] Load weight end. elapsed=81.75 s, type=DeepseekV3ForCausalLM, "
+        "quant=compressed-tensors, avail mem=26.10 GB, mem usage=68.40 GB.",
+        "[2026-12-05 10:01:53 TP0] Try DeepGEMM JIT Compiling for <GEMM_NT_F8F8BF16> N=7168, K=2048, "
+        "num_groups=1 with all Ms.",
+        "[2026-12-05 10:01:55 TP0] Compiling a graph for dynamic shape takes 12.50 s",
+        "[1/3] /usr/local/cuda/bin/nvcc -c batch_prefill.cu -o batch_prefill.cuda.o",
+        "[2026-12-05 10:02:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB",
+        "[2026-12-05 10:02:30 TP0] Capture cuda graph end. Time elapsed: 30.25 s. mem usage=1.20 GB. avail mem=18.80 GB.",
+        "[2026-12-05 10:02:31 TP0] Capture draft cuda graph begin. This can take up to several minutes. avail mem=18.80 GB",
+        "[2026-12-05 10:02:36 TP0] Capture draft cuda graph end. Time elapsed: 5.00 s. mem usage=0.50 GB. avail mem=18.30 GB.",
+        "[2026-12-05 10:02:40] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+        "[2026-12-05 10:02:45] The server is fired up and ready to roll!",
+        '[2026-12-05 10:02:47] INFO:     127.0.0.1:5 - "GET /health_generate HTTP/1.1" 200 OK',
+    ]
+    r = sp.read(lines)
+    assert [(w["rank"], w["model"], w["elapsed_s"], w["quantization"]) for w in r["weights"]] == [
+        ("TP0", "target", 81.75, "quant=compressed-tensors"), ("TP1", "target", 81.4, "quant=compressed-tensors")]
+    assert r["weights"][0]["gb_per_s"] == round(68.40 * 2**30 / 1e9 / 81.75, 2)
+    assert r["marks"]["weights_begin"] == 30.4 and r["marks"]["weights_end"] == 111.9  # the first rank to end
+    assert r["marks"]["draft_weights_end"] is None  # one weights end per rank: no draft
+    assert r["loader_bars"]["Multi-thread loading shards"] == {"percent": 100, "done": 64, "total": 64,
+                                                               "elapsed_s": 81.0, "t": 30.5}
+    assert [(g["name"], g["elapsed_s"], g["mem_usage_gib"]) for g in r["cuda_graphs"]] == [
+        ("all", 30.25, 1.2), ("draft", 5.0, 0.5)]
+    assert r["jit"]["by_source"] == {"deep_gemm": 1, "ninja": 1, "torch_compile": 1}
+    assert r["jit"]["seconds_printed"] == 12.5
+    assert r["ready_s"] == 166.9
+
+
+def test_the_command_line_reads_stdin_and_writes_json(tmp_path):
+    log = (TESTBED / "smol-server-1-smol-plain.log").read_bytes()
+    out = tmp_path / "phases.json"
+    proc = subprocess.run([sys.executable, str(PHASES), "-", "--json", str(out)], input=log,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert b"target prefill" in proc.stdout
+    assert json.loads(out.read_text())["ready_s"] == 49.0
+    empty = subprocess.run([sys.executable, str(PHASES), "-", "--quiet"], input=b"no sglang here\n",
+                           capture_output=True, timeout=60)
+    assert empty.returncode == 1
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TESTBED.glob("*.log*")))
+def test_every_recorded_start_of_the_test_bed_reads_whole(name):
+    r = read_log(TESTBED / name)
+    assert r["found"] and r["weights"] and r["cuda_graphs"] and r["ready_s"]
+    assert r["errors"] == []
+    assert all(s["seconds"] >= 0 for s in r["phases"])
