@@ -3,7 +3,8 @@
 A call of the device tool ends its command after 10 minutes, and the test bed takes longer; a
 process in its own session outlives the call while the machine stays warm. So:
 
-  start ARGS...  start testbed.py ARGS in a new session (setsid), its output to WORK/daemon.log;
+  start ARGS...  start testbed.py (or --script, another proof of tests/device taking WORK first, e.g.
+                 restart_proof.py) with ARGS in a new session (setsid), its output to WORK/daemon.log;
   wait           follow it: print each new line of its summary, up to --seconds, then copy its pack
                  (and the log) to --out; exit 0 when it has finished, 3 while it still runs.
 
@@ -25,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def start(work: Path, rest: list[str]) -> int:
+def start(work: Path, rest: list[str], script: str = "testbed.py") -> int:
     work.mkdir(parents=True, exist_ok=True)
     state = work / "daemon.json"
     if state.exists() and alive(json.loads(state.read_text())["pid"]):
@@ -33,7 +34,7 @@ def start(work: Path, rest: list[str]) -> int:
         return 0
     log = open(work / "daemon.log", "ab")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, str(HERE / "testbed.py"), str(work), *rest], stdout=log,
+    proc = subprocess.Popen([sys.executable, str(HERE / script), str(work), *rest], stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=HERE.parents[1])
     state.write_text(json.dumps({"pid": proc.pid, "started": time.time(), "argv": rest}))
     print(f"started pid {proc.pid}")
@@ -85,6 +86,7 @@ def main() -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     s = sub.add_parser("start")
     s.add_argument("--work", type=Path, required=True)
+    s.add_argument("--script", default="testbed.py", help="the proof in tests/device to run (default testbed.py)")
     s.add_argument("rest", nargs=argparse.REMAINDER)
     w = sub.add_parser("wait")
     w.add_argument("--work", type=Path, required=True)
@@ -94,7 +96,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.command == "start":
         rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-        return start(args.work, rest)
+        return start(args.work, rest, args.script)
     return wait(args.work, args.pack, args.out, args.seconds)
 
 
