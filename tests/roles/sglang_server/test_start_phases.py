@@ -4,7 +4,9 @@ The figures asserted here are read off those logs by hand: the 8B shape's first 
 machine (docs/validation/testbed-h200/server/shape-server-1-8b-eagle3.log: EAGLE-3, CUDA graphs on,
 Triton compiling the prefill graphs' kernels), its restart with the Triton cache kept (.log.gz), a
 real-weights SmolLM2 start (a loader progress bar), and a start that failed in graph capture
-(docs/validation/sglang_serve-h200/server-1-start.log). Lines of other releases and of a
+(docs/validation/sglang_serve-h200/server-1-start.log); and issue 42's starts on a 34.36 GB real checkpoint
+(docs/validation/restart-h200/starts: millisecond stamps, 18 shards loaded cold and warm, a start that
+failed after its weights). Lines of other releases and of a
 tensor-parallel rank are taken from SGLang's source (0.5.9's format strings, 0.5.17's
 configure_logger prefix " TP<n>" and SGLANG_LOG_MS).
 """
@@ -24,6 +26,7 @@ PHASES = role_file("sglang_server", "files", "sglang_start_phases.py")
 sp = load(PHASES, "sglang_start_phases")
 TESTBED = ROOT / "docs/validation/testbed-h200/server"
 SERVE = ROOT / "docs/validation/sglang_serve-h200"
+RESTART = ROOT / "docs/validation/restart-h200/starts"
 
 
 def read_log(path, **kw):
@@ -158,3 +161,47 @@ def test_every_recorded_start_of_the_test_bed_reads_whole(name):
     assert r["found"] and r["weights"] and r["cuda_graphs"] and r["ready_s"]
     assert r["errors"] == []
     assert all(s["seconds"] >= 0 for s in r["phases"])
+
+
+def test_a_cold_start_of_a_real_34_gb_checkpoint_with_millisecond_stamps():
+    first = None
+    with gzip.open(RESTART / "h100-b-02-cold.log.gz", "rt") as handle:
+        r = sp.read(handle)
+        first = r["first_line_epoch"]
+    with gzip.open(RESTART / "h100-b-02-cold.log.gz", "rt") as handle:
+        anchored = sp.read(handle, started=first - 33.33)
+    target, draft = anchored["weights"]
+    assert (target["elapsed_s"], target["mem_usage_gib"], target["gb_per_s"]) == (24.51, 32.06, 1.4)
+    assert (draft["type"], draft["mem_usage_gib"]) == ("LlamaForCausalLMEagle3", 4.62)
+    assert anchored["loader_bars"]["Multi-thread loading shards"] == {
+        "percent": 100, "done": 18, "total": 18, "elapsed_s": 24.0, "t": 71.98}
+    marks = anchored["marks"]
+    assert (marks["first_line"], marks["weights_begin"], marks["weights_end"]) == (33.33, 71.98, 96.49)
+    assert (marks["graphs_begin"], marks["graphs_end"], marks["ready"]) == (100.99, 127.58, 131.33)
+    assert anchored["startup_timings"]["load_weight"] == 24.53
+    assert [g["elapsed_s"] for g in anchored["cuda_graphs"]] == [18.63, 3.65, 1.48, 1.41, 1.3]
+
+
+def test_a_start_that_failed_after_its_weights_keeps_the_weights_and_names_the_error():
+    r = read_log(RESTART / "h200-d-02-cold-tuned.log.gz")
+    assert [(w["model"], w["elapsed_s"]) for w in r["weights"]] == [("target", 22.26)]
+    assert r["ready_s"] is None and r["cuda_graphs"] == []
+    assert any("Model loader extra config is not supported for load format LoadFormat.DUMMY" in e for e in r["errors"])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RESTART.glob("*.log.gz")))
+def test_every_start_of_issue_42_reads_as_the_proof_recorded_it(name):
+    recorded = json.loads((RESTART / name.replace(".log.gz", ".phases.json")).read_text())
+    # Anchored where the proof anchored it (its launch), through the first line: the log's stamps are
+    # the device's local time, read here in this machine's.
+    first = read_log(RESTART / name)["first_line_epoch"]
+    r = read_log(RESTART / name, started=first - recorded["marks"]["first_line"])
+    # (to 0.01 s: the proof's launch had microseconds, the first line's offset here is rounded)
+    assert {k: v for k, v in r["marks"].items() if v is not None} == pytest.approx(
+        {k: v for k, v in recorded["marks"].items() if v is not None}, abs=0.011)
+    assert [s["phase"] for s in r["phases"]] == [s["phase"] for s in recorded["phases"]]
+    assert [s["seconds"] for s in r["phases"]] == pytest.approx([s["seconds"] for s in recorded["phases"]], abs=0.021)
+    for mine, theirs in ((r["weights"], recorded["weights"]), (r["cuda_graphs"], recorded["cuda_graphs"])):
+        assert [{k: v for k, v in x.items() if k not in ("begin", "end")} for x in mine] == [
+            {k: v for k, v in x.items() if k not in ("begin", "end")} for x in theirs]
+    assert r["weights"][0]["mem_usage_gib"] == 32.06  # the 34.36 GB checkpoint, printed in GiB
