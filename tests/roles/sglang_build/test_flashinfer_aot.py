@@ -141,8 +141,9 @@ def test_each_release_set_says_whether_its_sampler_takes_flashinfers_kernels(tmp
 
 @needs_ansible
 def test_an_mla_draft_needs_a_release_that_serves_it(tmp_path):
-    proc, spec = render(tmp_path, "-e", "sglang_build_release_set=0.5.23", "-e",
-                        "sglang_build_flashinfer_aot_draft_attention=mla", "-e", "sglang_build_flashinfer_aot_attention_backend=flashinfer")
+    proc, spec = render(tmp_path, "-e", "sglang_build_release_set=0.5.23",
+                        "-e", "sglang_build_flashinfer_aot_draft_attention=mla",
+                        "-e", "sglang_build_flashinfer_aot_attention_backend=flashinfer")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert [sb.aot_label(m) for m in sb.Build(spec, python_version="3.12").aot_modules] == [
         "mla fa2 bfloat16 512/64", "prefill fa2 bfloat16 192/128", "sampling"]
