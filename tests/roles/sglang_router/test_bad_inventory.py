@@ -92,3 +92,50 @@ def test_the_api_key_under_its_old_name_fails_naming_the_new_one(tmp_path):
 def test_bad_variables_fail_in_the_argument_spec(tmp_path, bad):
     rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=bad))
     assert rc != 0 and next(iter(bad)) in out, out[-3000:]
+
+
+@pytest.mark.parametrize(("bad", "says"), [
+    ({"sglang_router_health_check_timeout_secs": 5},
+     "sglang_router_health_check_timeout_secs is 5: it must be above 20, since SGLang answers /health after a generation"),
+    ({"sglang_router_health_check_endpoint": "/health_generate", "sglang_router_health_check_timeout_secs": 20},
+     "sglang_router_health_check_timeout_secs is 20: it must be above 20"),
+    ({"sglang_router_health_check_endpoint": "health"},
+     "sglang_router_health_check_endpoint must be a path starting with / (e.g. /health), got health."),
+    ({"sglang_router_health_check_interval_secs": 0}, "sglang_router_health_check_interval_secs must be at least 1"),
+    ({"sglang_router_health_failure_threshold": 0}, "sglang_router_health_failure_threshold (0)"),
+    ({"sglang_router_retry_max_retries": 0}, "sglang_router_retry_max_retries must be at least 1"),
+    ({"sglang_router_retry_initial_backoff_ms": 40000}, "sglang_router_retry_initial_backoff_ms (40000) must be"),
+    ({"sglang_router_retry_backoff_multiplier": 0.5}, "sglang_router_retry_backoff_multiplier must be at least 1"),
+    ({"sglang_router_retry_jitter_factor": 1.5}, "sglang_router_retry_jitter_factor must be between 0 and 1"),
+    ({"sglang_router_cb_failure_threshold": 1},
+     "sglang_router_cb_failure_threshold must be at least 2, got 1: with 1, one long prefill"),
+    ({"sglang_router_cb_window_duration_secs": 0}, "sglang_router_cb_window_duration_secs (0) must be at least 1"),
+    ({"sglang_router_request_timeout_secs": 0}, "sglang_router_request_timeout_secs must be at least 1"),
+    ({"sglang_router_timeout_stop_sec": 30},
+     "sglang_router_timeout_stop_sec (30) must be at least sglang_router_shutdown_grace_period_secs (180) + 5"),
+    ({"sglang_router_shutdown_grace_period_secs": 300},
+     "sglang_router_timeout_stop_sec (195) must be at least sglang_router_shutdown_grace_period_secs (300) + 5"),
+])
+def test_a_bad_long_request_setting_fails_naming_the_variable(tmp_path, bad, says):
+    rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=bad))
+    assert rc != 0 and says in out, out[-3000:]
+    assert "changed=0" in out
+
+
+def test_every_bad_long_request_setting_is_named_in_one_run(tmp_path):
+    bad = {"sglang_router_health_check_timeout_secs": 10, "sglang_router_cb_failure_threshold": 1,
+           "sglang_router_timeout_stop_sec": 30}
+    rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=bad))
+    assert rc != 0, out[-3000:]
+    said = ["sglang_router_health_check_timeout_secs is 10: it must be above 20",
+            "sglang_router_cb_failure_threshold must be at least 2, got 1",
+            "sglang_router_timeout_stop_sec (30) must be at least"]
+    assert any(all(s in line for s in said) for line in out.splitlines()), out[-3000:]
+
+
+def test_a_shorter_grace_with_a_shorter_stop_timeout_passes(tmp_path):
+    """The stop timeout follows the grace: both lowered together is a valid pair."""
+    good = {"sglang_router_shutdown_grace_period_secs": 25, "sglang_router_timeout_stop_sec": 30,
+            "sglang_router_health_check_endpoint": "/health_generate", "sglang_router_health_check_timeout_secs": 21}
+    rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=good))
+    assert rc == 0, out[-3000:]
