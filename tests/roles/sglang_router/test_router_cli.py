@@ -1,0 +1,182 @@
+"""Every flag the router's unit renders parses in the pinned release's own argument parser, with its value.
+
+The unit is rendered by Ansible from the role's template (playbooks below, on local hosts of a test
+inventory: the servers publish their endpoints, the router role validates and renders), its ExecStart
+is read back as systemd reads it, and the argv after the launcher's ``--`` goes through the real
+parser of the release the role pins (tests/harness/router_cli.py: the PyPI wheel's own
+``RouterArgs``). Once with the role's defaults, once with every setting changed, so each variable is
+seen to reach its flag, and the flag its field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+
+import pytest
+import yaml
+
+import router_cli
+from repo import ROOT
+
+DEFAULTS = yaml.safe_load((ROOT / "roles/sglang_router/defaults/main.yml").read_text())
+PINNED = ("sglang-router", DEFAULTS["sglang_router_version"])
+SMG = ("smg", "1.13.0")  # the gateway issue 43 moves to: its parser takes the same argv
+KEY = "test-only-cli-key"
+
+# variable -> the RouterArgs field its flag sets, and a value other than the default.
+SETTINGS = {
+    "sglang_router_host": ("host", "127.0.0.1"),
+    "sglang_router_port": ("port", 30081),
+    "sglang_router_policy": ("policy", "round_robin"),
+    "sglang_router_prometheus_host": ("prometheus_host", "0.0.0.0"),
+    "sglang_router_prometheus_port": ("prometheus_port", 29001),
+    "sglang_router_health_check_endpoint": ("health_check_endpoint", "/health_generate"),
+    "sglang_router_health_check_timeout_secs": ("health_check_timeout_secs", 45),
+    "sglang_router_health_check_interval_secs": ("health_check_interval_secs", 15),
+    "sglang_router_health_failure_threshold": ("health_failure_threshold", 4),
+    "sglang_router_health_success_threshold": ("health_success_threshold", 5),
+    "sglang_router_retry_max_retries": ("retry_max_retries", 3),
+    "sglang_router_retry_initial_backoff_ms": ("retry_initial_backoff_ms", 100),
+    "sglang_router_retry_max_backoff_ms": ("retry_max_backoff_ms", 20000),
+    "sglang_router_retry_backoff_multiplier": ("retry_backoff_multiplier", 2.5),
+    "sglang_router_retry_jitter_factor": ("retry_jitter_factor", 0.1),
+    "sglang_router_cb_failure_threshold": ("cb_failure_threshold", 20),
+    "sglang_router_cb_success_threshold": ("cb_success_threshold", 6),
+    "sglang_router_cb_timeout_duration_secs": ("cb_timeout_duration_secs", 90),
+    "sglang_router_cb_window_duration_secs": ("cb_window_duration_secs", 300),
+    "sglang_router_request_timeout_secs": ("request_timeout_secs", 3600),
+    "sglang_router_shutdown_grace_period_secs": ("shutdown_grace_period_secs", 240),
+    "sglang_router_worker_startup_timeout_secs": ("worker_startup_timeout_secs", 900),
+    "sglang_router_log_level": ("log_level", "debug"),
+}
+CHANGED = {var: value for var, (_field, value) in SETTINGS.items()} | {"sglang_router_timeout_stop_sec": 250}
+WORKERS = ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
+
+PLAYBOOK = """
+- hosts: gpu_hosts
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role: {name: sglang_server, tasks_from: endpoint}
+- hosts: sglang_routers
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role: {name: sglang_router, tasks_from: validate, public: true}
+    - ansible.builtin.template:
+        src: "{{ unit_template }}"
+        dest: "{{ out }}"
+        mode: "0644"
+      delegate_to: localhost
+"""
+
+
+def local(**hostvars):
+    return {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}", **hostvars}
+
+
+def render_unit(tmp_path, router_vars):
+    inventory = {"all": {"vars": {"sglang_common_api_key": KEY, "sglang_server_host": "0.0.0.0"}, "children": {
+        "gpu_hosts": {"hosts": {"gpu1": local(ansible_host="10.0.0.11"), "gpu2": local(ansible_host="10.0.0.12")}},
+        "sglang_routers": {"hosts": {"router1": local(**router_vars)}}}}}
+    (tmp_path / "hosts.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    out = tmp_path / "sglang-router.service"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+               ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", str(tmp_path / "hosts.json"), str(tmp_path / "play.yml"), "-e", f"out={out}",
+         "-e", f"unit_template={ROOT / 'roles/sglang_router/templates/sglang-router.service.j2'}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return out.read_text()
+
+
+def exec_start(unit):
+    """ExecStart's words as systemd reads them: continued lines joined, quotes, %% and $$ undone."""
+    lines = unit.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
+    words = []
+    for line in lines[start:]:
+        words.append(line.removesuffix("\\"))
+        if not line.endswith("\\"):
+            break
+    argv = shlex.split(" ".join(words).removeprefix("ExecStart="))
+    return [w.replace("%%", "%").replace("$$", "$") for w in argv]
+
+
+def router_argv(unit):
+    argv = exec_start(unit)
+    return argv[argv.index("--") + 1:]
+
+
+@pytest.fixture(scope="module")
+def units(tmp_path_factory):
+    return {"defaults": render_unit(tmp_path_factory.mktemp("defaults"), {}),
+            "changed": render_unit(tmp_path_factory.mktemp("changed"), CHANGED)}
+
+
+def parsed(dist_version, argv):
+    proc = router_cli.parse(*dist_version, argv)
+    assert proc.returncode == 0, f"{dist_version} refused the argv {argv}:\n{proc.stderr[-2000:]}"
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def pinned(units):
+    return {name: parsed(PINNED, router_argv(unit)) for name, unit in units.items()}
+
+
+@pytest.mark.parametrize("which", ["defaults", "changed"])
+def test_every_rendered_flag_is_one_of_the_pinned_releases_own(pinned, units, which):
+    """No flag is a prefix argparse would expand, a misspelling, or another release's."""
+    assert pinned[which]["unknown_flags"] == []
+    rendered = {w for w in router_argv(units[which]) if w.startswith("--")}
+    assert len(rendered) == len(SETTINGS) + 1  # + --worker-urls: every setting above renders one flag
+
+
+@pytest.mark.parametrize("variable", sorted(SETTINGS))
+def test_each_setting_reaches_its_field_in_the_pinned_release(pinned, variable):
+    field, changed = SETTINGS[variable]
+    assert pinned["defaults"]["args"][field] == DEFAULTS[variable]
+    assert pinned["changed"]["args"][field] == changed
+
+
+def test_the_workers_reach_the_pinned_release(pinned):
+    assert pinned["defaults"]["args"]["worker_urls"] == WORKERS
+
+
+def test_the_defaults_fit_long_requests(pinned, units):
+    """The values the router really runs with by default, against the issue's numbers."""
+    args = pinned["defaults"]["args"]
+    assert args["health_check_endpoint"] == "/health" and args["health_check_timeout_secs"] > 20
+    assert args["cb_failure_threshold"] >= 2
+    stop = int(re.search(r"^TimeoutStopSec=(\d+)$", units["defaults"], re.M).group(1))
+    assert stop >= args["shutdown_grace_period_secs"] + 5
+
+
+def test_the_unit_stops_after_the_grace_it_renders(pinned, units):
+    stop = int(re.search(r"^TimeoutStopSec=(\d+)$", units["changed"], re.M).group(1))
+    assert (stop, pinned["changed"]["args"]["shutdown_grace_period_secs"]) == (250, 240)
+
+
+@pytest.mark.parametrize("misspelt", ["--health-check-timeout", "--health-check-timout-secs", "--cb-failure-treshold"])
+def test_a_misspelt_flag_is_caught(units, misspelt):
+    """An abbreviation argparse would accept is reported; a wrong name is refused."""
+    argv = router_argv(units["defaults"])
+    flag = {"--health-check-timeout": "--health-check-timeout-secs", "--health-check-timout-secs":
+            "--health-check-timeout-secs", "--cb-failure-treshold": "--cb-failure-threshold"}[misspelt]
+    argv[argv.index(flag)] = misspelt
+    proc = router_cli.parse(*PINNED, argv)
+    assert proc.returncode != 0 or misspelt in json.loads(proc.stdout)["unknown_flags"]
+
+
+@pytest.mark.parametrize("which", ["defaults", "changed"])
+def test_smg_takes_the_same_argv_with_the_same_values(pinned, units, which):
+    """The move to smg (issue 43, item 1) renames none of the role's flags."""
+    got = parsed(SMG, router_argv(units[which]))
+    assert got["unknown_flags"] == []
+    fields = [field for field, _value in SETTINGS.values()] + ["worker_urls"]
+    assert {f: got["args"][f] for f in fields} == {f: pinned[which]["args"][f] for f in fields}
