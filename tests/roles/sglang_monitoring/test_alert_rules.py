@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tarfile
 from pathlib import Path
 
 import jinja2
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 import promtool as promtool_harness
+import sources
 from repo import ROLES
 
 ROLE = ROLES / "sglang_monitoring"
@@ -97,6 +99,29 @@ CASES = {
          # every request aborted and none finished: the series of finished requests does not exist
          series("sglang:num_aborted_requests_total", gpu("gpu3", model_name="kimi"), "0+2x30")],
         "15m", [({"host": "gpu1"}, "10%"), ({"host": "gpu3"}, "100%")]),
+    # Worker URLs as the router labels them; "-1": a worker removed from the router (tasks_from: leave).
+    "SGLangRouterWorkerUnhealthy": (
+        [series("smg_worker_health", gpu("router", "sglang_router", worker="http://10.0.0.11:30000"), "1 1 0x10"),
+         series("smg_worker_health", gpu("router", "sglang_router", worker="http://10.0.0.12:30000"), "1x12"),
+         series("smg_worker_health", gpu("router", "sglang_router", worker="http://10.0.0.13:30000"), "1 1 -1x10")],
+        "8m", [(gpu("router", "sglang_router", worker="http://10.0.0.11:30000"), "0")]),
+    "SGLangRouterWorkerUnhealthy/pending": (
+        [series("smg_worker_health", gpu("router", "sglang_router", worker="http://10.0.0.11:30000"), "1 1 0x10")],
+        "5m", []),
+    "SGLangRouterWorkerUnhealthy/recovered": (
+        [series("smg_worker_health", gpu("router", "sglang_router", worker="http://10.0.0.11:30000"), "1 0 0 0 1x8")],
+        "8m", []),
+    "SGLangRouterCircuitOpen": (  # opened at 2m, half-open at 3m, closed at 4m: still named at 8m
+        [series("smg_worker_cb_state", gpu("router", "sglang_router", worker="http://10.0.0.11:30000"), "0 0 1 2 0x10"),
+         series("smg_worker_cb_state", gpu("router", "sglang_router", worker="http://10.0.0.12:30000"), "0x14"),
+         series("smg_worker_cb_state", gpu("router", "sglang_router", worker="http://10.0.0.13:30000"), "0 0 -1x12")],
+        "8m", [(gpu("router", "sglang_router", worker="http://10.0.0.11:30000"), "1")]),
+    "SGLangRouterCircuitOpen/half-open": (
+        [series("smg_worker_cb_state", gpu("router", "sglang_router", worker="http://10.0.0.11:30000"), "0 2 2 0x10")],
+        "4m", []),
+    "SGLangRouterCircuitOpen/resolved": (
+        [series("smg_worker_cb_state", gpu("router", "sglang_router", worker="http://10.0.0.11:30000"), "0 0 1 2 0x14")],
+        "14m", []),
     "SGLangRouterErrors": (
         [series("smg_router_request_errors_total", gpu("router", "sglang_router"), "0+1x30"),
          series("smg_router_requests_total", gpu("router", "sglang_router"), "0+10x30"),
@@ -203,3 +228,16 @@ def test_thresholds_come_from_the_variables() -> None:
     assert rules["SGLangKVCacheNearlyFull"]["expr"].endswith("> 0.75")
     assert 'label="baseline"' in rules["SGLangAcceptLengthLow"]["expr"]
     assert rules["SGLangServerDown"]["for"] == "30s"
+
+
+def test_router_metric_names_are_the_pinned_routers_own(rules) -> None:
+    """Every smg_* metric the rules read is one the pinned sglang-router registers (its Rust source, from the
+    PyPI sdist): a renamed or misspelt metric would leave its alert silent forever."""
+    path, _ = rules
+    version = yaml.safe_load((ROLES / "sglang_router" / "defaults" / "main.yml").read_text())["sglang_router_version"]
+    with tarfile.open(sources.sdist("sglang-router", version)) as tar:
+        member = tar.extractfile(f"sglang_router-{version}/src/observability/metrics.rs")
+        registered = set(re.findall(r'"(smg_\w+)"', member.read().decode()))
+    used = set(re.findall(r"\b(smg_\w+)", path.read_text()))
+    assert {"smg_worker_health", "smg_worker_cb_state", "smg_router_requests_total"} <= used
+    assert used <= registered, sorted(used - registered)

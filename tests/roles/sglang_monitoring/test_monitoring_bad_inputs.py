@@ -33,6 +33,8 @@ CASES = [
     ("threshold of the wrong type", {"sglang_monitoring_kv_usage_ratio": "ninety"}, "sglang_monitoring_kv_usage_ratio"),
     ("threshold out of range", {"sglang_monitoring_kv_usage_ratio": 90}, "sglang_monitoring_kv_usage_ratio"),
     ("duration without a unit", {"sglang_monitoring_down_for": "60"}, "sglang_monitoring_down_for"),
+    ("router alert duration without a unit", {"sglang_monitoring_router_circuit_open_window": "10"},
+     "sglang_monitoring_router_circuit_open_window"),
     ("basic auth without a password hash", {"sglang_monitoring_basic_auth_users": {"prom": ""},
                                             "sglang_monitoring_scrape_user": "prom",
                                             "sglang_monitoring_scrape_password": "x"}, "these have none: prom"),
