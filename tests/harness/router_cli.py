@@ -15,7 +15,8 @@ every ``--flag`` of the argv is also looked up among the parser's own option str
 that are not there are reported.
 
 Wheels are cached under ~/.cache/sglang-ansible/router-wheels (SGLANG_ANSIBLE_CACHE), unpacked
-once under router-cli/.
+once under router-cli/; ``venv()`` installs a release with its dependencies under router-venvs/, for
+tests that start the router itself.
 
 Usage: python3 tests/harness/router_cli.py sglang-router 0.3.2 -- --port 30080 ...
     prints {"unknown_flags": [...], "args": {RouterArgs field: value}} (exit 2 with argparse's
@@ -37,6 +38,7 @@ import sources
 
 WHEELS = sources.CACHE / "router-wheels"
 UNPACKED = sources.CACHE / "router-cli"
+VENVS = sources.CACHE / "router-venvs"
 
 # Run in the child, with the unpacked wheel first on sys.path: argv[1] is the package, the rest the argv.
 CHILD = r"""
@@ -81,6 +83,28 @@ def unpacked(dist: str, version: str) -> Path:
     part.mkdir(parents=True)
     with zipfile.ZipFile(whl) as zf:
         zf.extractall(part)
+    part.rename(dest)
+    return dest
+
+
+def venv(dist: str, version: str) -> Path:
+    """A venv (this Python) holding dist==version with its dependencies, to run the router itself.
+
+    Installed with this Python's pip into the venv's site-packages (a venv made --without-pip names
+    its directory nowhere, so it is built as .part and renamed), from the harness wheelhouse when
+    it has the wheels (tests/harness/sources.py), else from the index.
+    """
+    dest = VENVS / f"{dist}-{version}-py{sys.version_info.major}.{sys.version_info.minor}"
+    if (dest / "complete").exists():
+        return dest
+    part = dest.with_name(dest.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    VENVS.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(part)], check=True)
+    site = part / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    sources.pip("install", "-q", "--no-compile", "--disable-pip-version-check", "--find-links", str(sources.WHEELS),
+                "--target", str(site), f"{dist}=={version}")
+    (part / "complete").touch()
     part.rename(dest)
     return dest
 

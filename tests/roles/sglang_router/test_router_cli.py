@@ -14,13 +14,17 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
+import time
+import urllib.request
 
 import pytest
 import yaml
 
 import router_cli
 from repo import ROOT
+from simtruth import free_port
 
 DEFAULTS = yaml.safe_load((ROOT / "roles/sglang_router/defaults/main.yml").read_text())
 PINNED = ("sglang-router", DEFAULTS["sglang_router_version"])
@@ -180,3 +184,33 @@ def test_smg_takes_the_same_argv_with_the_same_values(pinned, units, which):
     assert got["unknown_flags"] == []
     fields = [field for field, _value in SETTINGS.values()] + ["worker_urls"]
     assert {f: got["args"][f] for f in fields} == {f: pinned[which]["args"][f] for f in fields}
+
+
+def test_the_pinned_router_starts_with_the_rendered_argv_and_shuts_down_gracefully_on_sigterm(tmp_path):
+    """The real sglang-router (its Rust core checks its own configuration on start) takes the argv the
+    unit renders, answers /liveness, and on SIGTERM starts the graceful shutdown the stop timeout waits for.
+    The workers are closed local ports: the router's start does not wait for them."""
+    port, metrics = free_port(), free_port()
+    argv = router_argv(render_unit(tmp_path, {"sglang_router_host": "127.0.0.1", "sglang_router_port": port,
+                                              "sglang_router_prometheus_port": metrics}))
+    argv = argv[:argv.index("--worker-urls") + 1] + [f"http://127.0.0.1:{free_port()}"]
+    log = tmp_path / "router.log"
+    python = router_cli.venv(*PINNED) / "bin" / "python"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(python), "-m", "sglang_router.launch_router", *argv], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        status, deadline = None, time.monotonic() + 60
+        while status is None and proc.poll() is None and time.monotonic() < deadline:
+            try:
+                status = urllib.request.urlopen(f"http://127.0.0.1:{port}/liveness", timeout=2).status
+            except OSError:
+                time.sleep(0.5)
+        assert status == 200, log.read_text(errors="replace")[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "starting graceful shutdown" in log.read_text(errors="replace")
