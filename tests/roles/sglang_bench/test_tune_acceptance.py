@@ -19,6 +19,11 @@ gain, serves within 2% in at most about 68%; issue 40's notes), and a global qua
 reached 51% on this response served within 2% of the best on 6% of the simulator's speculative models, where
 this search does on 83% (an experiment of 2026-12-05, not kept; issue 40's notes). On a host whose starts
 are quiet the same search serves it within 2% in 98% (test_interior_optimum_on_a_quiet_host).
+
+With sglang_bench_tune_surface (off by default) and a 960 min budget the search pools every start in a
+Gaussian-process surface after the coordinate search: 75% of 100 tunings served within 2% (in-process, seed 43;
+60-82.5% over smaller seeded runs), the start kept on a flat response in 97.5% and a worse setting served in 2.5%
+(40 tunings each), about 70 restarts (test_interior_optimum_with_the_surface_on_a_noisy_host); short of 80%.
 """
 
 from __future__ import annotations
@@ -72,3 +77,19 @@ def test_interior_optimum_on_a_quiet_host(tmp_path):
     won = next(t for t in out if t.summary["winner"])
     report = (tmp_path / f"t{out.index(won)}" / "report.md").read_text()
     assert "The host's spread between starts: " in report and "fresh start" in report
+
+
+def test_interior_optimum_with_the_surface_on_a_noisy_host(tmp_path):
+    """sglang_bench_tune_surface on and a 960 min budget, the noisy host: the surface pools every start, so a
+    smooth interior optimum 10% up is served within 2% in at least 6 of 12 tunings (measured in-process: 75% of
+    100 tunings, the optimum located within 2% in 86% and proved on fresh starts in 87% of those; at a true 75%
+    98.6% of such tests pass; the coordinate search alone, at about 13% with the same budget, 0.2%)."""
+    rng = random.Random(404)
+    settings = tunehost.role_settings(surface=True, budget_minutes=960.0)
+    out = []
+    for i in range(12):
+        work = tmp_path / f"s{i}"
+        work.mkdir()
+        out.append(tunehost.tune_host(settings, tunehost.INTERIOR, rng, *NOISY, workdir=work))
+    within = sum(tunehost.INTERIOR(t.served) >= 0.98 * 110.0 for t in out)
+    assert within >= 6, within

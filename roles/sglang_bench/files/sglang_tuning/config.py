@@ -36,6 +36,7 @@ class Config:
     run_minutes: float
     budget_minutes: float
     launch: LaunchRule | None = None
+    surface: bool = False
 
     @classmethod
     def from_settings(cls, raw: dict[str, Any], require_start: bool = True) -> Config:
@@ -90,7 +91,7 @@ class Config:
             raise TuneError(f"{VAR}restart_minutes and {VAR}measure_minutes must be positive, got {restart} and {measure}")
         config = cls(axes, start, objective, weight, concurrency, min_gain / 100.0, confidence, runs,
                      bool(raw.get("baseline", False)), restart, measure / runs, budget,
-                     LaunchRule.from_settings(raw.get("launch")))
+                     LaunchRule.from_settings(raw.get("launch")), bool(raw.get("surface", False)))
         if start_raw and config.launch and (why := config.launch.refusal(start)):
             raise TuneError(f"{VAR}start is not a setting this server can start with: {why}")
         if config.max_candidates() < 1:

@@ -23,6 +23,9 @@ MAX_STARTS = 4
 # at (1 - confidence) / CONFIRM_LOOKS, and at most CONFIRM_MAX_PAIRS pairs.
 CONFIRM_LOOKS = 3
 CONFIRM_MAX_PAIRS = 6
+# With the surface (sglang_bench_tune_surface), whose best is located from every start and whose gain the
+# confirmation must prove on fresh starts at up to this many pairs (kept in full for the end).
+SURFACE_CONFIRM_MAX_PAIRS = 10
 # The start's runs, in multiples of `runs`: every early comparison uses them, and they cost no restart
 # (the server runs the start already).
 START_RUNS_FACTOR = 2

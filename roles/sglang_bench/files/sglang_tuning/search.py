@@ -25,11 +25,13 @@ from .rules import (
     LOOKS,
     MAX_STARTS,
     SEARCH_ORDER,
+    SURFACE_CONFIRM_MAX_PAIRS,
     Point,
     label_of,
     neighbours,
 )
 from .stats import Sample, Start, gate, objective_values, one_sided, power_one_sided
+from .surface import Surface, expected_improvement
 
 
 @dataclass
@@ -56,6 +58,11 @@ POWER = gate.POWER
 # A comparison gets more starts only while they can still resolve the observed difference with at least
 # this power (at MAX_STARTS starts of each point): restarts are spent where they decide something.
 HOPE = 0.5
+# The surface's search stops when no point's expected improvement over the best estimate reaches this share of
+# the minimum gain; the start-to-start spread it assumes is never below CV_FLOOR (a noise-free host).
+EI_STOP = 0.25
+CV_FLOOR = 0.001
+_SURFACES: dict[tuple, tuple[Point, float, Point | None, float]] = {}
 
 
 class Search:
@@ -80,6 +87,11 @@ class Search:
     # ---- measuring
     def cost(self, point: Point | None, runs: int) -> float:
         return (self.config.restart_minutes if point != self.server else 0.0) + runs * self.config.run_minutes
+
+    @property
+    def max_pairs(self) -> int:
+        """Most pairs of fresh starts the confirmation may take."""
+        return SURFACE_CONFIRM_MAX_PAIRS if self.config.surface else CONFIRM_MAX_PAIRS
 
     def reserve(self) -> float:
         """Kept for the end: one pair of fresh starts for the confirmation (it spends whatever else is left)
@@ -185,7 +197,7 @@ class Search:
     def planned_pairs(self, best: Point) -> int:
         """Pairs of fresh starts (the best's and the start's, interleaved) the confirmation plans for: 80%
         power at the gain the search saw (at (1 - confidence) / CONFIRM_LOOKS per look), each start as
-        spread as the host's so far; at least 1, at most CONFIRM_MAX_PAIRS."""
+        spread as the host's so far; at least 1, at most self.max_pairs."""
         config, start = self.config, self.config.start
         if best == start or not self.ok(best) or not self.ok(start):
             return 1
@@ -198,12 +210,12 @@ class Search:
         per_run = statistics.fmean(gate.fvar(v) for v in mine + ref) / gate.starts_mean(ref) ** 2
         per_start = cv ** 2 + per_run / config.runs
         alpha = (1.0 - config.confidence) / CONFIRM_LOOKS
-        for k in range(1, CONFIRM_MAX_PAIRS + 1):
+        for k in range(1, self.max_pairs + 1):
             se = math.sqrt(2 * per_start / k)
             dof = df + 2 * (k - 1) if cv else 2 * k * (config.runs - 1)
             if power_one_sided(gain, se, max(dof, 1), alpha) >= POWER:
                 return k
-        return CONFIRM_MAX_PAIRS
+        return self.max_pairs
 
     # ---- one comparison
     def compare(self, cand: Point, best: Point) -> Generator[Ask, dict, bool]:
@@ -325,6 +337,72 @@ class Search:
                     if moved:
                         break
 
+    # ---- the surface: every start pooled
+    def observations(self) -> list[tuple[Point, float, float]]:
+        """Each measured point's mean over its starts relative to the start's, with its variance (the host's
+        start-to-start spread, floored at CV_FLOOR, and its runs' spread, over its starts)."""
+        ref = self.starts(self.config.start)
+        if not ref:
+            return []
+        ref_mean = gate.starts_mean(ref)
+        spread = self.spread()
+        cv = max(spread["cv"] if spread else 0.0, CV_FLOOR)
+        out = []
+        for point in self.samples:
+            starts = self.starts(point)
+            if point is None or not starts:
+                continue
+            runs = statistics.fmean(gate.fvar(v) / len(v) for v in starts) / ref_mean ** 2
+            out.append((point, gate.starts_mean(starts) / ref_mean - 1.0, (cv * cv + runs) / len(starts)))
+        return out
+
+    def surface_step(self) -> tuple[Point, float, Point | None, float]:
+        """The surface's verdict on what is measured so far: its best measured point and that point's estimated
+        gain over the start, and the point one more start is worth most at (its expected improvement)."""
+        obs = self.observations()
+        key = (tuple((p, round(y, 12), round(v, 15)) for p, y, v in obs), self.server, self.config.min_gain)
+        if key in _SURFACES:
+            return _SURFACES[key]
+        surface = Surface.fit(obs)
+        start = self.config.start
+        if surface is None:
+            return start, 0.0, None, 0.0
+        means = {p: surface.predict(p)[0] for p, _y, _v in obs}
+        best = max(means, key=lambda p: (means[p], p == start))
+        pick, gain = None, 0.0
+        for point in self.config.grid():
+            sample = self.samples.get(point)
+            if point == self.server or (sample is not None and sample.failed):
+                continue
+            mean, sd = surface.predict(point)
+            ei = expected_improvement(mean, sd, means[best])
+            if ei > gain:
+                pick, gain = point, ei
+        found = (best, means[best] - means.get(start, 0.0), pick, gain)
+        if len(_SURFACES) > 20000:
+            _SURFACES.clear()
+        _SURFACES[key] = found
+        return found
+
+    def surface(self) -> Generator[Ask, dict, None]:
+        """Measure, one start at a time, where the surface expects most improvement over its best estimate, until
+        no point is worth a start (EI_STOP) or the budget keeps only the confirmation of the best; then the best
+        estimate is the best (the start where the surface sees no gain above the minimum)."""
+        config = self.config
+        while True:
+            best, gain, pick, ei = self.surface_step()
+            if pick is None or ei < EI_STOP * config.min_gain:
+                break
+            pairs = self.max_pairs if gain > config.min_gain else 1  # the surface's best gain is biased upwards
+            keep = max(self.reserve(), (2 * pairs + 1) * config.restart_minutes + 2 * pairs * config.runs * config.run_minutes)
+            try:
+                yield from self.measure(pick, config.runs, "surface", f"the surface's most promising point (expected "
+                                        f"improvement {ei * 100:.2f}% over {label_of(best)})", reserve=keep)
+            except BudgetSpent:
+                break
+        best, gain, _pick, _ei = self.surface_step()
+        self.best = best if gain > config.min_gain else config.start
+
     def confirm(self) -> Generator[Ask, dict, None]:
         """Fresh starts of the best point and of the start, interleaved (B/A/B/A: the runs and the starts
         that selected the best are biased upwards, and the start's are the reference those selections were
@@ -366,9 +444,9 @@ class Search:
                 self.winner = best
                 break
             if pairs >= plan:  # at the planned pairs and not resolved: once more, if it can be resolved
-                if self.final["gain"] <= config.min_gain or pairs >= CONFIRM_MAX_PAIRS:
+                if self.final["gain"] <= config.min_gain or pairs >= self.max_pairs:
                     break
-                looks_at.add(min(CONFIRM_MAX_PAIRS, pairs + max(1, self.planned_extra(mine, ref, alpha))))
+                looks_at.add(min(self.max_pairs, pairs + max(1, self.planned_extra(mine, ref, alpha))))
         if self.final is None:
             self.decision = "the budget left no time for fresh starts of the best point and of the start"
         elif self.winner:
@@ -383,10 +461,10 @@ class Search:
         gain = gate.starts_mean(mine) / gate.starts_mean(ref) - 1.0
         per_run = statistics.fmean(gate.fvar(v) for v in mine + ref) / gate.starts_mean(ref) ** 2
         per_start = cv ** 2 + per_run / self.config.runs
-        for k in range(len(mine) + 1, CONFIRM_MAX_PAIRS + 1):
+        for k in range(len(mine) + 1, self.max_pairs + 1):
             if power_one_sided(gain, math.sqrt(2 * per_start / k), max(df + 2 * (k - len(mine)), 1), alpha) >= POWER:
                 return k - len(mine)
-        return CONFIRM_MAX_PAIRS - len(mine)
+        return self.max_pairs - len(mine)
 
     def run(self) -> Generator[Ask, dict, Search]:
         config = self.config
@@ -398,6 +476,8 @@ class Search:
             self.stop = "converged"
         except BudgetSpent as spent:
             self.stop = f"the budget: {spent}"
+        if config.surface:
+            yield from self.surface()
         yield from self.confirm()
         return self
 
