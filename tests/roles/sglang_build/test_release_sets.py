@@ -60,6 +60,22 @@ def committed(version: str) -> dict:
     return json.loads((SETS_DIR / f"{version}.json").read_text())
 
 
+def index_drift(name: str, resolved: dict) -> str:
+    """Why a resolution with the set's recorded cutoff no longer gives the set's pins, in one line per package.
+
+    pip's --uploaded-prior-to makes a resolution repeatable on an index that never changes its past; a mirror
+    that catches up later lists files uploaded before the cutoff that it did not list when the set was made
+    (seen here 2026-12-06: ipython 9.19.1, uploaded 2026-11-23, absent when the 2026-12-04 sets were made)."""
+    pinned = committed(name)["resolution"]["resolved"]
+    lines = [f"  {d}: set {pinned.get(d)}, index now {resolved.get(d)}"
+             for d in sorted(set(pinned) | set(resolved)) if pinned.get(d) != resolved.get(d)]
+    cutoff = committed(name)["inputs"]["uploaded_prior_to"]
+    return (f"{name}: the index resolves other versions than the committed set with its cutoff {cutoff}:\n"
+            + "\n".join(lines) + "\nIf the index now lists files from before the cutoff that it lacked when the set "
+            f"was made, refresh the set: sglang_release_set.py {name} --uploaded-prior-to {cutoff} --no-cache "
+            "(and review the diff); otherwise the command changed.")
+
+
 def metadata_of(version: str) -> list[dict]:
     """SGLang's own requirements: the sdist's PKG-INFO (0.5.9, 0.5.10), else the wheel's METADATA."""
     import tarfile
@@ -225,6 +241,7 @@ def test_each_set_resolves_with_all_its_dependencies(name, made, capsys):
     # What pip resolves is what the committed file pins (the stand-ins too, where this machine needs them),
     # and what the release's source says is what the file says (test_release_source.py reads the files).
     if name != "0.5.9" or "unreachable" in took:
+        assert result["resolved"] == committed(name)["resolution"]["resolved"], index_drift(name, result["resolved"])
         assert result == committed(name)["resolution"]
     assert data["source"] == committed(name)["source"]
 
