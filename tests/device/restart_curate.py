@@ -4,7 +4,8 @@ Writes, from the packs (each a .tar.gz of a WORK directory, named by --pack LABE
   figures.json              per machine: the GPU, the checkpoint, the bandwidths; per start: its machine,
                             whether the page cache was dropped, the loader, the proof's and the log's ready
                             time, the marks and segments the role's reader found, every weight load and
-                            CUDA graph, the JIT caches' new files (per directory), the page cache's residency
+                            CUDA graph, the JIT caches' new files (per directory), the page cache's residency;
+                            the AFTER plan's role settings, page-cache warm-up and bench points where a start had them
   starts/<label>-<start>.phases.json   the reader's whole output for the start
   starts/<label>-<start>.caches.json   the caches after the start and what it added
   starts/<label>-<start>.log.gz        the server's log
@@ -80,7 +81,8 @@ def main() -> int:
                 "segments": start["phases"]["phases"], "weights": start["phases"]["weights"],
                 "cuda_graphs": start["phases"]["cuda_graphs"], "startup_timings": start["phases"]["startup_timings"],
                 "jit_log_lines": start["phases"]["jit"], "errors": start["phases"]["errors"][:3],
-                "jit_cache_files_added": new})
+                "jit_cache_files_added": new, "settings": start.get("settings", {}),
+                "prewarm": start.get("prewarm"), "bench": start.get("bench")})
     (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
     print(f"{len(figures['starts'])} starts from {len(args.packs)} packs into {out}")
     return 0

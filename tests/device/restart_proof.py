@@ -25,6 +25,11 @@ the device:
    (the role's cache directory /var/cache/sglang: FlashInfer, Triton, torch inductor; the server's
    home /var/lib/sglang: DeepGEMM's ~/.deep_gemm, CUDA's ~/.nv) before and after: which files each
    start added.
+   The AFTER plan (issue 42, items 3 and 4): warm-fresh, warm and warm-bounded (SETTINGS: the CUDA graphs sized
+   for 16 requests at a time, the prefill graphs bounded at 2048 tokens) with the role's environment as it is
+   now (every JIT cache under /var/cache/sglang), and --bench: after each ready start, BENCH_POINTS (decode at
+   batch 1 and 16, a 4000-token prefill) by the role's bench tool; prewarmed: the page cache dropped, the role's
+   warm-up tool (roles/sglang_server/files/sglang_page_cache_warm.py) run over the checkpoint, then the start.
 
 Everything goes under WORK and into --pack after every step; tests/device/restart_curate.py (or
 the README's commands) turn the packs into docs/validation/restart-h200/. --rehearse runs the flow
@@ -74,7 +79,19 @@ CACHE_ROOTS = ["/var/cache/sglang", "/var/lib/sglang", "/root/.triton", "/root/.
                "/root/.deep_gemm", "/root/.nv", "/tmp/torchinductor_root"]
 # label, page cache dropped before it, tuned loader
 PLAN = [("cold-fresh", True, False), ("cold", True, False), ("warm", False, False), ("warm-tuned", False, True),
-        ("cold-tuned", True, True), ("warm-fresh", False, False)]
+        ("cold-tuned", True, True), ("warm-fresh", False, False), ("warm-bounded", False, False),
+        ("prewarmed", True, False)]
+# prewarmed: the page cache dropped, then the role's warm-up tool reads the checkpoint back before the start.
+WARM_TOOL = ROOT / "roles/sglang_server/files/sglang_page_cache_warm.py"
+# The role's settings of a start beyond the common ones (issue 42's AFTER): warm-bounded sizes the CUDA graphs to
+# what a host serving 16 requests at a time needs (sglang_server_cuda_graph_max_bs auto follows the limit) with the
+# prefill graphs bounded at 2048 tokens (SGLang's own bound for an MLA model such as Kimi-K2.5).
+SETTINGS = {"warm-bounded": {"sglang_server_max_running_requests": 16,
+                             "sglang_server_cuda_graph_max_tokens_prefill": 2048}}
+# --bench: what each ready start serves, with the role's bench tool: (label, concurrency, runs, input tokens, output
+# tokens). c1 is decode at batch 1, c16 decode at batch 16 (captured in both plans), long a 4000-token prefill (in
+# a prefill graph at SGLang's default bound, 8192 tokens; beyond the bounded plan's 2048: no graph).
+BENCH_POINTS = [("c1", 1, 5, 128, 256), ("c16", 16, 32, 128, 128), ("long", 1, 3, 4000, 8)]
 GB = 1e9
 
 
@@ -495,7 +512,7 @@ class RestartProof(sp.Proof):
                      # Timestamps with milliseconds (SGLang's own switch): the phases to 1 ms, not 1 s.
                      "sglang_server_env": {"SGLANG_LOG_MS": "1"},
                      "sglang_server_extra_args": [*self.extra_args, "--speculative-draft-load-format", "dummy"]})
-        base.pop("sglang_server_cuda_graph_max_bs", None)  # SGLang's default capture sizes (as in production)
+        base.pop("sglang_server_cuda_graph_max_bs", None)  # the role's default (auto: SGLang's own without a limit)
         if overrides.get("__tuned"):
             base["sglang_server_extra_args"] += ["--model-loader-extra-config", json.dumps(TUNED)]
         base.update({k: v for k, v in overrides.items() if not k.startswith("__")})
@@ -521,14 +538,16 @@ class RestartProof(sp.Proof):
                 break
             self.stop()
             drop = drop_cache(paths, whole_host=not self.args.rehearse) if cold else None
+            warmed = self.prewarm(label) if label == "prewarmed" else None
             before = snapshot()
             resident = resident_bytes(paths)[0]
             timeout = min(self.args.start_timeout * (2 if label.endswith("fresh") else 1), self.left() - 60)
-            session = self.serve(label, {"__tuned": tuned}, timeout=timeout)
+            session = self.serve(label, {"__tuned": tuned, **SETTINGS.get(label, {})}, timeout=timeout)
             after = snapshot()
             phases = self.reader.read(self.current_log.read_text(errors="replace").splitlines(),
                                       started=self.launched)
             record = {"label": label, "session": self.session, "cold": cold, "tuned_loader": TUNED if tuned else None,
+                      "settings": SETTINGS.get(label, {}), "prewarm": warmed,
                       "drop": drop, "resident_before_start_gb": round(resident / GB, 2),
                       "resident_after_start_gb": round(resident_bytes(paths)[0] / GB, 2),
                       "ready": session["ready"], "ready_s_proof": session["ready"]["waited_s"],
@@ -551,10 +570,42 @@ class RestartProof(sp.Proof):
                      f"{phases['ready_s']} s from launch; marks {json.dumps(phases['marks'])}; weights {weights}; "
                      f"graphs {graphs}; page cache {record['resident_before_start_gb']} -> "
                      f"{record['resident_after_start_gb']} GB; drop {drop and drop['method']}; new cache files {added}")
+            if session["ready"]["rc"] == 0 and self.args.bench and self.left() > 120:
+                record["bench"] = self.bench_points(label)
             self.pack()
             if session["ready"]["rc"] != 0:
                 break
         self.stop()
+
+    def prewarm(self, label: str) -> dict[str, Any] | None:
+        """The role's page-cache warm-up over the checkpoint, as a planned restart would run it."""
+        out = self.work / "facts" / f"prewarm-{label}.json"
+        rc, text, wall = self.run("prewarm", [sys.executable, str(WARM_TOOL), str(self.target), "--reserve-gib", "16",
+                                              "--progress-s", "5", "--json", str(out)], 600,
+                                  log=self.work / "facts" / f"prewarm-{label}.log")
+        data = json.loads(out.read_text()) if out.exists() else None
+        self.say(f"prewarm {label}: rc={rc} {wall:.1f}s {json.dumps(data)[:600]}")
+        return data
+
+    def bench_points(self, label: str) -> dict[str, Any]:
+        """BENCH_POINTS against the server as it is now, by the role's bench tool (native API, greedy)."""
+        out: dict[str, Any] = {}
+        folder = self.work / "bench"
+        folder.mkdir(exist_ok=True)
+        for name, concurrency, runs, input_len, max_tokens in BENCH_POINTS:
+            result = folder / f"{self.session:02d}-{label}-{name}.json"
+            cmd = [sys.executable, str(sp.BENCH), "--url", sp.URL, "--api", "native", "--runs", str(runs),
+                   "--warmup", "1", "--concurrency", str(concurrency), "--max-tokens", str(max_tokens),
+                   "--input-len", str(input_len), "--timeout", "120", "--label", f"{label}-{name}",
+                   "--json", str(result)]
+            rc, text, wall = self.run("bench", cmd, 240, log=folder / f"{self.session:02d}-{label}-{name}.txt")
+            data = json.loads(result.read_text()) if result.exists() else {}
+            keep = {k: data.get(k) for k in ("mean_tok_s", "mean_decode_tok_s", "mean_ttft_ms", "mean_tpot_ms",
+                                              "aggregate_tok_s", "accept_length")}
+            out[name] = {"rc": rc, "wall_s": round(wall, 1), "concurrency": concurrency, "runs": runs,
+                         "input_len": input_len, "max_tokens": max_tokens, **keep}
+            self.say(f"bench {label} {name}: rc={rc} {wall:.1f}s {json.dumps(keep)}")
+        return out
 
 
 def target_config(d: dict[str, int]) -> dict[str, Any]:
@@ -643,6 +694,7 @@ def main() -> int:
     ap.add_argument("--draft")
     ap.add_argument("--extra-arg", action="append", default=[])
     ap.add_argument("--rehearse", action="store_true")
+    ap.add_argument("--bench", action="store_true", help="after each ready start, the BENCH_POINTS")
     args = ap.parse_args(argv)
     args.candidates, args.correctness, args.random_draft, args.install_only = 0, False, False, False
     proof = RestartProof(args)

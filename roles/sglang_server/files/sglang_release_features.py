@@ -13,7 +13,9 @@ the ServerArgs check does that once the command line is rendered, and proves the
 
 - ``options``: the ServerArgs field each of the role's options is rendered as (``cuda_graph_max_bs``:
   ``cuda_graph_max_bs_decode`` where the release declares that field, in ``srt/server_args.py`` or
-  its ``srt/arg_groups/fields/`` modules, else ``cuda_graph_max_bs``);
+  its ``srt/arg_groups/fields/`` modules, else ``cuda_graph_max_bs``; ``cuda_graph_max_bs_prefill``, the
+  prefill graphs' largest token count: itself where declared, else ``piecewise_cuda_graph_max_tokens``, the
+  bound of the opt-in piecewise graphs that came before it);
 - ``env``: for each environment variable the role renders, whether the release reads it: declared
   in ``srt/environ.py``, SGLang's registry of the variables its code reads (``envs.NAME.get()``);
 - ``pcie_ipc_allreduce``: the release carries the PCIe IPC all-reduce
@@ -72,7 +74,9 @@ def features(sglang_dir: Path) -> dict:
     return {
         "version": release_version(sglang_dir),
         "options": {"cuda_graph_max_bs": "cuda_graph_max_bs_decode"
-                    if declares_field(sglang_dir, "cuda_graph_max_bs_decode") else "cuda_graph_max_bs"},
+                    if declares_field(sglang_dir, "cuda_graph_max_bs_decode") else "cuda_graph_max_bs",
+                    "cuda_graph_max_bs_prefill": "cuda_graph_max_bs_prefill"
+                    if declares_field(sglang_dir, "cuda_graph_max_bs_prefill") else "piecewise_cuda_graph_max_tokens"},
         "env": env,
         "pcie_ipc_allreduce": (sglang_dir / PCIE_IPC_MODULE).is_file() and env["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"],
     }

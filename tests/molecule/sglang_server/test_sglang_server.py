@@ -73,7 +73,8 @@ def test_caches_persist_under_var_cache(host):
     env = host.file("/etc/sglang/sglang-server.env").content_string
     assert 'FLASHINFER_WORKSPACE_BASE="/var/cache/sglang/flashinfer"' in env
     assert 'TRITON_CACHE_DIR="/var/cache/sglang/triton"' in env
-    for sub in ["flashinfer", "triton", "torch"]:
+    assert 'TVM_FFI_CACHE_DIR="/var/cache/sglang/tvm-ffi"' in env
+    for sub in ["flashinfer", "triton", "torch", "tvm-ffi", "sglang/jit", "nv"]:
         d = host.file(f"/var/cache/sglang/{sub}")
         assert d.is_directory and d.user == "sglang"
 

@@ -16,21 +16,21 @@ rr = load("tests/roles/sglang_server/role_render.py")
 args_check = load("roles/sglang_server/files/sglang_server_args_check.py")
 TOOL = ROOT / "roles" / "sglang_server" / "files" / "sglang_release_features.py"
 
-# version: (the field sglang_server_cuda_graph_max_bs is rendered as, reads SGLANG_ENABLE_SPEC_V2, has the
-# PCIe IPC all-reduce)
+# version: (the fields sglang_server_cuda_graph_max_bs and _max_tokens_prefill are rendered as, reads
+# SGLANG_ENABLE_SPEC_V2, has the PCIe IPC all-reduce)
 EXPECTED = {
-    "0.5.9": ("cuda_graph_max_bs", True, False),
-    "0.5.10": ("cuda_graph_max_bs", True, False),
-    "0.5.17": ("cuda_graph_max_bs_decode", False, False),
-    "0.5.23": ("cuda_graph_max_bs_decode", False, True),
+    "0.5.9": ("cuda_graph_max_bs", "piecewise_cuda_graph_max_tokens", True, False),
+    "0.5.10": ("cuda_graph_max_bs", "piecewise_cuda_graph_max_tokens", True, False),
+    "0.5.17": ("cuda_graph_max_bs_decode", "cuda_graph_max_bs_prefill", False, False),
+    "0.5.23": ("cuda_graph_max_bs_decode", "cuda_graph_max_bs_prefill", False, True),
 }
 
 
 @pytest.mark.parametrize("version", list(EXPECTED))
 def test_what_the_release_takes_and_reads(version, tmp_path):
     found = rr.features(version, tmp_path)
-    option, spec_v2, pcie = EXPECTED[version]
-    assert found == {"version": version, "options": {"cuda_graph_max_bs": option},
+    option, prefill, spec_v2, pcie = EXPECTED[version]
+    assert found == {"version": version, "options": {"cuda_graph_max_bs": option, "cuda_graph_max_bs_prefill": prefill},
                      "env": {"SGLANG_ENABLE_SPEC_V2": spec_v2, "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": pcie},
                      "pcie_ipc_allreduce": pcie}
 

@@ -52,7 +52,8 @@ def rendered(extra_args=(), renames=None, **changes) -> list[str]:
                "mem_fraction_static": 0.9, "served_model_name": "moonshotai/Kimi-K2.5", "trust_remote_code": True,
                "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
                "speculative_num_draft_tokens": 4, "speculative_draft_model_path": "/var/lib/sglang/models/draft",
-               "cuda_graph_max_bs": None, "max_running_requests": None, "context_length": None,
+               "cuda_graph_max_bs": None, "cuda_graph_max_bs_prefill": None, "max_running_requests": None,
+               "context_length": None,
                "attention_backend": "", "enable_flashinfer_allreduce_fusion": False, "enable_torch_symm_mem": False,
                "enable_metrics": True, "nnodes": None, "node_rank": None, "dist_init_addr": None}
     options.update(changes)
@@ -73,6 +74,9 @@ def good(renames: dict) -> dict:
         "tuned": {"argv": rendered(renames=renames, attention_backend="flashinfer", cuda_graph_max_bs=64,
                                    max_running_requests=48, context_length=131072, speculative_eagle_topk=4,
                                    speculative_num_draft_tokens=8)},
+        # The CUDA graphs sized to what the host serves (sglang_server_cuda_graph_max_bs auto, a prefill bound).
+        "graphs follow the host": {"argv": rendered(renames=renames, cuda_graph_max_bs=16, max_running_requests=16,
+                                                    cuda_graph_max_bs_prefill=2048)},
         "kimi parsers": {"argv": rendered(["--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"], renames)},
     }
 
