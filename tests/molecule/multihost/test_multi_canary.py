@@ -17,7 +17,6 @@ import time
 import urllib.error
 from pathlib import Path
 
-import pytest
 from test_multihost import GPUS, KEY, ROUTER, SERVER_PORT, Traffic, gpu, playbook, record, router_url, wait_all_healthy, workers
 
 testinfra_hosts = [f"podman://{ROUTER}"]  # cluster tests: run once, not once per host
@@ -84,9 +83,9 @@ def new_release(name, path, slowdown=None, source=None):
 def run_under_traffic(name, *extra):
     wait_all_healthy()
     with WatchedTraffic(router_url()) as traffic:
-        time.sleep(2)
+        # No head start: the playbook validates for 10 s and more before any host leaves the routers.
         proc, wall = playbook(name, *extra)
-        time.sleep(2)
+        time.sleep(0.5)
     return proc, wall, traffic
 
 
@@ -142,33 +141,34 @@ def test_a_slower_release_is_caught_on_the_canary_and_rolled_back(host):
            canary_tok_s_rolled_back=tok_back, canary_requests_sent=traffic.sent, canary_requests_failed=traffic.failed)
 
 
-# Releases of equal speed that answer wrong (the simulator's per-release files, TEST ONLY): a share of
-# the answers' words and numbers replaced, or tool calls written so that Kimi's parser cannot read them.
-WRONG = {"corrupted": ("sim-output-corruption", "0.5", "agreement with the reference"),
-         "broken-tools": ("sim-tool-format", "broken", "valid tool calls")}
+# A release of equal speed that answers wrong (the simulator's per-release files, TEST ONLY): a share of the
+# answers' words and numbers replaced, and tool calls written so that Kimi's parser cannot read them. One
+# release carries both: each defect alone failing the verdict is proven against the simulator by
+# tests/roles/sglang_bench/test_correctness_probe.py; here, the rollout's path for a failed verdict (one
+# upgrade run, not one per defect) and that the simulator reads both files of the release.
+WRONG = {"sim-output-corruption": "0.5", "sim-tool-format": "broken"}
+WRONG_FIGURES = ["agreement with the reference", "valid tool calls"]
 
 
-@pytest.mark.parametrize("kind", list(WRONG))
-def test_a_release_that_answers_wrong_at_equal_speed_is_caught_on_the_canary_and_rolled_back(host, kind):
+def test_a_release_that_answers_wrong_at_equal_speed_is_caught_on_the_canary_and_rolled_back(host):
     """The canary's new release is as fast as the old one but answers wrong: the correctness probe's
     verdict fails, the host goes back to the release it served and rejoins; the rollout stops there,
     the other host untouched, no request failed."""
     canary, other = GPUS
     before = {name: state(name) for name in GPUS}
-    filename, content, figure = WRONG[kind]
-    path = f"{RELEASES}/r7-{kind}"
+    path = f"{RELEASES}/r7-wrong"
     old = new_release(canary, path)
-    gpu(canary).run_expect([0], f"echo {content} > {path}/{filename}")
+    gpu(canary).run_expect([0], " && ".join(f"echo {content} > {path}/{filename}" for filename, content in WRONG.items()))
     proc, wall, traffic = run_under_traffic("upgrade.yml", *FEW_RUNS)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-5000:]
     row = table_row(out, canary)
-    assert row[:2] == [Path(old).name, f"r7-{kind}"] and row[3] == "fail", row
+    assert row[:2] == [Path(old).name, "r7-wrong"] and row[3] == "fail", row
     assert row[2] != "slower", row  # caught for its answers, not its speed
     assert row[-1].startswith(f"rolled back to {Path(old).name}"), row
-    # the figure among the failed ones (a tool-call format the parser cannot read also fails agreement:
-    # the same tokens came back as another text)
-    assert re.search(rf"Wrong answers on {canary}: Correctness of r7-{kind}: fail \([^)\n]*{figure}", out), out[-5000:]
+    # each defect's figure among the failed ones
+    for figure in WRONG_FIGURES:
+        assert re.search(rf"Wrong answers on {canary}: Correctness of r7-wrong: fail \([^)\n]*{figure}", out), out[-5000:]
     assert table_row(out, other) == ["-", "-", "-", "-", "-", "-", "not reached"]
     after = state(canary)
     assert (after["current"], after["serving"]) == (old, old)
@@ -177,7 +177,7 @@ def test_a_release_that_answers_wrong_at_equal_speed_is_caught_on_the_canary_and
     assert_no_failed_request(traffic, minimum=10)
     wait_all_healthy()
     gpu(canary).run_expect([0], f"rm -rf {path}")
-    record(**{f"canary_wrong_{kind.replace('-', '_')}_rolled_back_wall_s": round(wall, 1)})
+    record(canary_wrong_rolled_back_wall_s=round(wall, 1))
 
 
 def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
@@ -213,14 +213,17 @@ def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
 def test_rollback_returns_both_hosts_to_their_previous_release_and_a_rerun_changes_nothing(host):
     previous = {name: state(name)["previous"] for name in GPUS}
     assert all(previous.values()), previous
-    proc, wall, traffic = run_under_traffic("rollback.yml", "-e", f"sglang_bench_results_dir={RESULTS}")
+    # No confirming benchmark (rollback_bench): tasks/rollback_host.yml's benchmark is proven by the slower
+    # canary's rollback above (its confirmed tok/s asserted); here, what rollback.yml itself decides.
+    proc, wall, traffic = run_under_traffic("rollback.yml", "-e", f"sglang_bench_results_dir={RESULTS}",
+                                            "-e", "rollback_bench=false")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert KEY not in out
     for name in GPUS:
         s = state(name)
         assert (s["current"], s["serving"], s["previous"]) == (previous[name],) * 3, s
-        assert f"{name}: r6-same -> {Path(previous[name]).name}, serving again, " in out, out[-3000:]
+        assert f"{name}: r6-same -> {Path(previous[name]).name}, serving again; back in the routers." in out, out[-3000:]
     assert traffic.left == set(URLS.values()), traffic.left
     assert_no_failed_request(traffic)
     wait_all_healthy()
