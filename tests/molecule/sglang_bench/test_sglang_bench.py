@@ -124,8 +124,10 @@ def test_the_lossless_check_fails_a_broken_draft_path_and_the_server_serves_as_c
     tokens through; the start without speculation answers right: the check fails the host."""
     env = yaml.safe_load((VARS / "server.yml").read_text())["sglang_simulator_env"]
     broken = json.dumps({"sglang_simulator_env": {**env, "SGLANG_SIM_SPEC_CORRUPTION": "1"}})
+    # One start per side (sglang_bench_ab_starts 1): the A/B only restarts the server on the broken path here;
+    # its two starts each are proven above.
     proc = bench_playbook("-e", "sglang_bench_mode=ab", "-e", "sglang_bench_gate=false", "-e", "sglang_bench_lossless=true",
-                          "-e", broken)
+                          "-e", "sglang_bench_ab_starts=1", "-e", broken)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert "Speculation changes the answers on molecule-sglang-bench" in out, out[-3000:]
