@@ -12,8 +12,7 @@ a healthy worker) and checks what concerns the router itself:
     {{ hosts | sglang_router_key_mismatches(hostvars, sglang_common_api_key) }}
     -> names of the hosts whose server expects another API key (never the keys)
 
-    {{ load_reply_json | sglang_router_inflight }}
-    -> requests a server still runs or queues, from its /v1/loads reply (drain), or None
+The drain (what a server still has in flight) is module sglang_router_drain's (library/).
 
 Bad inventories raise AnsibleFilterError with a message naming the hosts and the variable: no
 worker hosts, a GPU host whose endpoint was not published in this run, two hosts giving the
@@ -74,29 +73,9 @@ def sglang_router_key_mismatches(hosts, hostvars, key):
     return [h for h in hosts or [] if _endpoint(h, hostvars)["api_key_sha256"] != want]
 
 
-def sglang_router_inflight(loads):
-    """Requests running or waiting on a server, from its /v1/loads reply; None when it does not say.
-
-    The sum over its data-parallel ranks (`loads[]`: num_running_reqs + num_waiting_reqs), which
-    SGLang 0.5.9 and 0.5.17 both report; 0.5.9's `aggregate.total_reqs` is gone in 0.5.17, where a
-    drain that waited for it would never end.
-    """
-    if not isinstance(loads, dict):
-        return None
-    ranks = loads.get("loads")
-    if isinstance(ranks, list) and ranks:
-        try:
-            return sum(int(r.get("num_running_reqs", 0)) + int(r.get("num_waiting_reqs", 0)) for r in ranks)
-        except (TypeError, ValueError, AttributeError):
-            return None
-    total = (loads.get("aggregate") or {}).get("total_reqs")
-    return int(total) if isinstance(total, (int, float)) else None
-
-
 class FilterModule:
     def filters(self):
         return {
             "sglang_router_endpoints": sglang_router_endpoints,
             "sglang_router_key_mismatches": sglang_router_key_mismatches,
-            "sglang_router_inflight": sglang_router_inflight,
         }

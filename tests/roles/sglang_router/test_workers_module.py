@@ -165,7 +165,7 @@ def test_the_launcher_keeps_the_key_out_of_argv_and_the_log(cluster):
     assert request(cluster["router"] + "/readiness")["status"] == "ready"
 
 
-def leave_or_join(cluster, tmp_path, entry, with_router=True):
+def leave_or_join(cluster, tmp_path, entry, with_router=True, **variables):
     """roles/sglang_router tasks_from leave/join on a 'GPU host' that is this machine (local
     connection), its server being the second simulator, the router the real one above."""
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
@@ -177,7 +177,7 @@ def leave_or_join(cluster, tmp_path, entry, with_router=True):
     inventory = {"all": {"hosts": {"gpu": local, "rt": local}, "children": groups, "vars": {
         "sglang_server_port": server_port, "sglang_common_api_key": KEY,
         "sglang_router_host": "127.0.0.1", "sglang_router_port": router_port,
-        "sglang_server_advertise_address": "127.0.0.1", "sglang_router_drain_timeout": 30}}}
+        "sglang_server_advertise_address": "127.0.0.1", "sglang_router_drain_timeout": 30, **variables}}}
     (tmp_path / "hosts.json").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(json.dumps([{
         "name": "leave or join", "hosts": "gpu_hosts", "gather_facts": False,
@@ -210,12 +210,35 @@ def test_leave_takes_the_host_out_and_waits_for_its_requests_then_join_puts_it_b
     assert proc.returncode == 0, out[-3000:]
     assert registered(cluster) == [one]
     assert done.get("tokens") == 150 and done["at"] <= ended, "leave returned before the host had drained"
+    assert "gpu drained in " in out and "zero for the last 5 s (sglang_router_drain_settle: 5 s)" in out, out[-3000:]
     assert KEY not in out
     t.join()
     proc, _ = leave_or_join(cluster, tmp_path, "join")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert registered(cluster) == sorted([one, two])
     assert all(w["is_healthy"] for w in request(cluster["router"] + "/workers")["workers"])
+
+
+def test_a_drain_that_times_out_says_what_was_in_flight_and_restarts_nothing(cluster, tmp_path):
+    """The drain task keeps no_log (the key is a header); its failure, said by the assert after it, names
+    the count and kind still in flight and what SGLang does not count; the host stays out of the router."""
+    one, two = cluster["workers"]
+    module(cluster["router"], cluster["workers"], wait_healthy=True)
+    done = {}
+    t = threading.Thread(target=long_request, args=(two, 1000, done))  # ~20 s: well past ansible-playbook's start and the 2 s
+    t.start()
+    time.sleep(0.5)
+    proc, _ = leave_or_join(cluster, tmp_path, "leave", sglang_router_drain_timeout=2, sglang_router_drain_settle=1)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "gpu left the router, but after sglang_router_drain_timeout (2 s) it still had 1 request in flight " \
+           "(1 running, 0 waiting)" in out, out[-3000:]
+    assert "counts no request its tokenizer manager still tokenizes" in out and "Nothing was restarted" in out
+    assert KEY not in out and registered(cluster) == [one]
+    t.join()
+    assert done.get("tokens") == 1000
+    proc, _ = leave_or_join(cluster, tmp_path, "join")
+    assert proc.returncode == 0 and registered(cluster) == sorted([one, two]), (proc.stdout + proc.stderr)[-3000:]
 
 
 def test_without_routers_leave_does_not_wait_for_a_drain_that_cannot_happen(cluster, tmp_path):

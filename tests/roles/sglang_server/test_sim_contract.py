@@ -30,6 +30,8 @@ with the recording as a whole:
 - /metrics: the families and types the alert rules (roles/sglang_monitoring) read exist in both,
   every family the simulator exports exists in the real /metrics with the same type and labels;
 - a bad flag and a bad value: exit status 2 and argparse's ``error:`` line of the same form.
+- /v1/loads' values that role sglang_router's drain counts (running, waiting, grammar queue, KV cache
+  held), the recording's with nothing in flight.
 A field only one release sends is expected from the simulator only when it plays that release: it
 is compared with that release's recording only. Every entry of the reviewed lists below must
 explain a difference found (test_reviewed_lists_explain_something): none is kept after it is moot.
@@ -49,6 +51,7 @@ from typing import Any
 
 import pytest
 
+from repo import load
 from simtruth import READY_TEXT, clean_env, free_port, sim_command
 from synthetic_model import make_llama_pair
 
@@ -475,6 +478,16 @@ def test_answer_is_the_recording_in_structure(sims, release, name):
     found = unexplained(sims[release], name)
     entry = next(e for e in entries(release) if e["name"] == name)
     assert not found, f"{entry['method']} {entry['path']} (SGLang {release}):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_drain_reads_what_the_recording_says(sims, release):
+    """Beyond structure, the values role sglang_router's drain reads (its module's count(): running, waiting,
+    grammar queue, KV cache held, per rank): the same in the simulator's /v1/loads as in the recorded one,
+    both taken with nothing in flight after the server had served."""
+    count = load("roles/sglang_router/library/sglang_router_drain.py").count
+    real = count(recorded(release, "v1-loads").json())
+    assert real is not None and real == count(sims[release].answers["v1-loads"].json())
 
 
 def test_reviewed_lists_explain_something(sims):

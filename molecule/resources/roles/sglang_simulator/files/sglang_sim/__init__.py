@@ -33,7 +33,10 @@ health check runs a 1-token generation and polls once a second), /get_server_inf
 /server_info (server args, internal_states[0].avg_spec_accept_length when speculative,
 updated at each "Decode batch" log line, every --decode-log-interval steps, as in SGLang;
 version), /get_model_info and /model_info, /v1/models, /v1/loads and /get_load (running and
-queued requests, for draining a host before a restart); POST /generate (native; JSON or SSE
+queued requests, for draining a host before a restart: /v1/loads counts as SGLang's scheduler does, a
+request in its prefill in num_used_tokens only (the KV cache it holds), one still being tokenized
+nowhere; playing 0.5.9 it counts at each request, playing 0.5.17 or later it answers the snapshot last
+published after a prefill, every 15th decode step or when idle, as those releases do); POST /generate (native; JSON or SSE
 with "stream": true), /v1/completions, /v1/chat/completions (JSON or SSE; usage in the
 response, per chunk with stream_options.continuous_usage_stats, and as a final chunk with
 stream_options.include_usage).  With --api-key every request needs `Authorization: Bearer
@@ -89,6 +92,8 @@ Settings come from the environment only, because the command line must be SGLang
   SGLANG_SIM_DECODE_TOK_S      50     decode steps/s of one request (its tok/s without speculation)
   SGLANG_SIM_ACCEPT_LENGTH     2.5    mean tokens per verify step when speculative
   SGLANG_SIM_TTFT_MS           150    prefill time (time to first token) per request
+  SGLANG_SIM_TOKENIZE_MS       0      time in the tokenizer manager before the scheduler sees a request
+                                      (image preprocessing), counted by no endpoint, as in SGLang
   SGLANG_SIM_BATCH_SLOWDOWN    0.01   step-time growth per extra running request
   SGLANG_SIM_SLOWDOWN_FACTOR   1.0    multiplies every generation time (regression gates)
   SGLANG_SIM_SEED              0      seed of the per-request acceptance draws

@@ -200,19 +200,25 @@ class SimServer:
         return self.engine.admitted, waiting
 
     async def loads(self, req: HttpRequest, out: Responder) -> None:
-        """/v1/loads of SGLang 0.5.9 (entrypoints/v1_loads.py): one DP rank, JSON format only."""
-        running, waiting = self._load_counts()
+        """/v1/loads of SGLang 0.5.9 (entrypoints/v1_loads.py): one DP rank, JSON format only.
+
+        The counts are the scheduler's (engine.live_load: a request in its prefill is not running yet but
+        holds KV cache, num_used_tokens; one still being tokenized is nowhere): asked at each request
+        playing 0.5.9, its last published snapshot (engine.published) playing 0.5.17 or later."""
+        counts = self.engine.published if self.shapes_0517 else self.engine.live_load()
+        running, waiting, used = counts["running"], counts["waiting"], counts["used"]
         cap = self.engine.max_running or 0
         load = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting,
-                "num_used_tokens": 0, "max_total_num_tokens": 0, "token_usage": 0.0,
+                "num_used_tokens": used, "max_total_num_tokens": 0, "token_usage": 0.0,
                 "gen_throughput": self.engine.last_gen_throughput, "cache_hit_rate": 0.0,
                 "utilization": round(running / cap, 4) if cap else 0.0, "max_running_requests": cap,
                 "num_total_reqs": running + waiting}
         # SGLang 0.5.17's additions per rank (its load snapshot); num_total_reqs and the aggregate below
-        # are 0.5.9's only, kept: sglang_router's drain reads aggregate.total_reqs.
+        # are 0.5.9's only (shapes.py).
         accept = self.engine.avg_spec_accept_length()
         load.update({
-            "timestamp": time.time(), "num_waiting_uncached_tokens": 0, "num_total_tokens": 0, "num_active_tokens": 0,
+            "timestamp": counts["timestamp"], "num_waiting_uncached_tokens": 0,
+            "num_total_tokens": used + counts["queued_tokens"], "num_active_tokens": used + counts["queued_tokens"],
             "total_prefill_uncached_tokens": 0, "total_prefill_busy_us": 0, "decode_moments": [0.0] * 6,
             "memory": {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": SIM_TOKENS},
             "speculative": {"accept_length": accept or 0.0, "accept_rate": (accept or 0.0) / max(1, self.engine.max_k)},

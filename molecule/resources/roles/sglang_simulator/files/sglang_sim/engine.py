@@ -160,6 +160,8 @@ class Engine:
         self.speed = settings.start_speed()
         self.base_step = settings.slowdown_factor / settings.decode_tok_s / self.speed
         self.ttft = settings.ttft_ms * settings.slowdown_factor / 1000.0 / self.speed
+        self.tokenize = settings.tokenize_ms / 1000.0
+        self.prefilling: set[GenRequest] = set()
         self.waiting: deque[tuple[GenRequest, asyncio.Future[None]]] = deque()
         self.admitted = 0
         self.joining: list[GenRequest] = []
@@ -173,6 +175,34 @@ class Engine:
         self.interval_tokens = 0
         self.interval_start = time.perf_counter()
         self.last_gen_throughput = 0.0
+        # /v1/loads' snapshot (SGLang 0.5.17 on, managers/load_snapshot.py): what the scheduler last published,
+        # after each prefill batch, every SNAPSHOT_INTERVAL-th decode batch, and when fully idle.
+        self.published = self.live_load()
+        self.decodes_since_publish = 0
+
+    SNAPSHOT_INTERVAL = 15  # SGLang's --load-snapshot-publish-interval default (0.5.17, 0.5.23)
+
+    def held_tokens(self) -> int:
+        """KV-cache tokens the requests hold (SGLang's num_used_tokens, the prefix cache aside): the prompt from
+        the prefill on, then each token made; none once a request has finished."""
+        return (sum(r.prompt_tokens for r in self.prefilling)
+                + sum(r.prompt_tokens + r.completion_tokens for r in (*self.running, *self.joining)))
+
+    def live_load(self) -> dict[str, Any]:
+        """What SGLang's scheduler counts now (0.5.9's Scheduler.get_loads, 0.5.17's SchedulerLoadInquirer):
+        running is its running batch, which a request in its prefill has not joined yet (it holds KV cache:
+        used); waiting is its queue. A request still being tokenized is in neither."""
+        return {"running": len(self.running) + len(self.joining), "waiting": len(self.waiting),
+                "used": self.held_tokens(), "queued_tokens": sum(r.prompt_tokens for r, _ in self.waiting),
+                "timestamp": time.time()}
+
+    def publish(self) -> None:
+        self.published = self.live_load()
+        self.decodes_since_publish = 0
+
+    def _publish_if_idle(self) -> None:
+        if not (self.running or self.joining or self.prefilling or self.waiting):
+            self.publish()
 
     def step_seconds(self, batch: int) -> float:
         if self.spec_model is not None:
@@ -217,18 +247,26 @@ class Engine:
             req.finish()
             return
         loop = asyncio.get_running_loop()
-        start = loop.time() if await self._admit(req) else req.arrived
+        if self.tokenize:  # in the tokenizer manager: counted nowhere
+            await asyncio.sleep(self.tokenize)
+        start = loop.time() if await self._admit(req) else req.arrived + self.tokenize
+        self.prefilling.add(req)
         await asyncio.sleep(max(0.0, start + self.ttft - loop.time()))  # prefill from arrival
         log.info("Prefill batch, #new-seq: 1, #new-token: %d, #cached-token: 0, token usage: 0.00, "
                  "#running-req: %d, #queue-req: %d, input throughput (token/s): 0.00, cuda graph: False",
                  req.prompt_tokens, len(self.running), len(self.waiting))
         if req.aborted:
+            self.prefilling.discard(req)
             self._release()
+            self._publish_if_idle()
             return
         req.emit(1)
         self._check_crash(req)
+        self.publish()  # after the prefill batch, which has not joined the running batch yet
+        self.prefilling.discard(req)
         if req.finished:
             self._release()
+            self._publish_if_idle()
         else:
             self.joining.append(req)
             self.wake.set()
@@ -249,6 +287,7 @@ class Engine:
         while True:
             if not self.running and not self.joining:
                 deadline = None
+                self._publish_if_idle()
                 self.wake.clear()
                 await self.wake.wait()
                 continue
@@ -279,6 +318,9 @@ class Engine:
                     still.append(req)
             self.running = still
             self.forward_ct += 1
+            self.decodes_since_publish += 1
+            if self.decodes_since_publish >= self.SNAPSHOT_INTERVAL:
+                self.publish()
             if self.forward_ct % self.log_interval == 0:
                 self._log_decode_batch()
 

@@ -55,6 +55,9 @@ class SimSettings:
     decode_tok_s: float = 50.0
     accept_length: float = 2.5
     ttft_ms: float = 150.0
+    # Time a request spends in the tokenizer manager before the scheduler sees it (Kimi-K2.5's image
+    # preprocessing): SGLang counts it nowhere (/v1/loads, /metrics), nor does the simulator.
+    tokenize_ms: float = 0.0
     batch_slowdown: float = 0.01
     slowdown_factor: float = 1.0
     # The release's own factor (<release>/sim-slowdown-factor), already multiplied into slowdown_factor.
@@ -159,6 +162,7 @@ class SimSettings:
             decode_tok_s=number("SGLANG_SIM_DECODE_TOK_S", cls.decode_tok_s, 0.0, strict=True),
             accept_length=number("SGLANG_SIM_ACCEPT_LENGTH", cls.accept_length, 1.0),
             ttft_ms=number("SGLANG_SIM_TTFT_MS", cls.ttft_ms, 0.0),
+            tokenize_ms=number("SGLANG_SIM_TOKENIZE_MS", cls.tokenize_ms, 0.0),
             batch_slowdown=number("SGLANG_SIM_BATCH_SLOWDOWN", cls.batch_slowdown, 0.0),
             slowdown_factor=number("SGLANG_SIM_SLOWDOWN_FACTOR", cls.slowdown_factor, 0.0, strict=True)
             * (release_factor or 1.0),
@@ -200,6 +204,7 @@ class SimSettings:
             "decode_tok_s": self.decode_tok_s,
             "accept_length": self.accept_length,
             "ttft_ms": self.ttft_ms,
+            "tokenize_ms": self.tokenize_ms,
             "batch_slowdown": self.batch_slowdown,
             "slowdown_factor": self.slowdown_factor,
             "release_slowdown_factor": self.release_slowdown_factor,
