@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
-from .rules import CONFIRM_LOOKS, LOOKS, MAX_STARTS, Point, as_vars, label_of
+from .rules import CONFIRM_INTERIM, CONFIRM_LEVEL, CONFIRM_LOOKS, LOOKS, MAX_STARTS, Point, as_vars, label_of
 from .search import UNKNOWN, serving
 from .state import State
 
@@ -173,8 +173,12 @@ def render(state: State, result: dict[str, Any], plot: str | None) -> str:
          f"at {1 - config.confidence:.3g} per look (at most {LOOKS} looks per comparison, at most {MAX_STARTS} "
          f"starts of a point) and the gain is above {config.min_gain * 100:g}%; the winner serves only when fresh "
          f"starts of it beat fresh starts of the start the same way (interleaved, neither the runs nor the starts "
-         f"that selected it), at {(1 - config.confidence) / CONFIRM_LOOKS:.3g} per look (at most {CONFIRM_LOOKS}: "
-         f"{1 - config.confidence:.3g} in all)."),
+         f"that selected it), " + (
+            f"at most {CONFIRM_LOOKS} looks with {(1 - config.confidence) * CONFIRM_LEVEL:.3g} in all: "
+            f"{(1 - config.confidence) * CONFIRM_LEVEL * CONFIRM_INTERIM:.3g} at a look another may follow, what is "
+            f"left at the last." if config.surface else
+            f"at {(1 - config.confidence) / CONFIRM_LOOKS:.3g} per look (at most {CONFIRM_LOOKS}: "
+            f"{1 - config.confidence:.3g} in all).")),
         "",
         verdict,
     ]

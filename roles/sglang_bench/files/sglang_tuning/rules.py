@@ -19,9 +19,17 @@ Point = tuple[int, int, int]
 LOOKS = 4
 # Starts of one point a comparison may ask for (a start is a restart: 8-10 minutes on the reference host).
 MAX_STARTS = 4
-# The confirmation (fresh starts of the best and of the start, in pairs): at most CONFIRM_LOOKS looks, each
-# at (1 - confidence) / CONFIRM_LOOKS, and at most CONFIRM_MAX_PAIRS pairs.
+# The confirmation (fresh starts of the best and of the start, in pairs): at most CONFIRM_LOOKS looks and at
+# most CONFIRM_MAX_PAIRS pairs, each look at (1 - confidence) / CONFIRM_LOOKS. With the surface, whose
+# confirmation is reserved in full (SURFACE_CONFIRM_MAX_PAIRS), serving a changed setting is held to
+# CONFIRM_LEVEL x (1 - confidence), half a
+# move's level (one-sided 0.025 at the default 0.95): a wrong move of the search costs restarts, a wrong serve
+# every request until the next tuning. That level is spent across the looks (a union bound, as Haybittle and
+# Peto do): a look another may follow tests at CONFIRM_INTERIM x the level, the last one at what is left, so
+# that a gain the planned pairs leave unproven keeps nearly the whole level at the last look.
 CONFIRM_LOOKS = 3
+CONFIRM_LEVEL = 0.5
+CONFIRM_INTERIM = 0.05
 CONFIRM_MAX_PAIRS = 6
 # With the surface (sglang_bench_tune_surface), whose best is located from every start and whose gain the
 # confirmation must prove on fresh starts at up to this many pairs (kept in full for the end).

@@ -20,6 +20,8 @@ from typing import Any
 from .config import Config
 from .rules import (
     BEST_RUNS_FACTOR,
+    CONFIRM_INTERIM,
+    CONFIRM_LEVEL,
     CONFIRM_LOOKS,
     CONFIRM_MAX_PAIRS,
     LOOKS,
@@ -60,7 +62,7 @@ POWER = gate.POWER
 HOPE = 0.5
 # The surface's search stops when no point's expected improvement over the best estimate reaches this share of
 # the minimum gain; the start-to-start spread it assumes is never below CV_FLOOR (a noise-free host).
-EI_STOP = 0.25
+EI_STOP = 0.1
 CV_FLOOR = 0.001
 _SURFACES: dict[tuple, tuple[Point, float, Point | None, float]] = {}
 
@@ -196,7 +198,7 @@ class Search:
 
     def planned_pairs(self, best: Point) -> int:
         """Pairs of fresh starts (the best's and the start's, interleaved) the confirmation plans for: 80%
-        power at the gain the search saw (at (1 - confidence) / CONFIRM_LOOKS per look), each start as
+        power at the gain the search saw (at a look's level: an interim one with the surface), each start as
         spread as the host's so far; at least 1, at most self.max_pairs."""
         config, start = self.config, self.config.start
         if best == start or not self.ok(best) or not self.ok(start):
@@ -209,7 +211,8 @@ class Search:
         cv, df = (spread["cv"], spread["df"]) if spread else (0.0, 0)
         per_run = statistics.fmean(gate.fvar(v) for v in mine + ref) / gate.starts_mean(ref) ** 2
         per_start = cv ** 2 + per_run / config.runs
-        alpha = (1.0 - config.confidence) / CONFIRM_LOOKS
+        alpha = ((1.0 - config.confidence) * CONFIRM_LEVEL * CONFIRM_INTERIM if config.surface
+                 else (1.0 - config.confidence) / CONFIRM_LOOKS)
         for k in range(1, self.max_pairs + 1):
             se = math.sqrt(2 * per_start / k)
             dof = df + 2 * (k - 1) if cv else 2 * k * (config.runs - 1)
@@ -415,10 +418,15 @@ class Search:
             self.winner = best
             self.decision = "the start failed: the best candidate serves without a test against it"
             return
-        alpha = (1.0 - config.confidence) / CONFIRM_LOOKS
+        # With the surface, whose confirmation is reserved in full: looks at fixed pair counts (1, the planned, the
+        # most), never at a count the data chose, the level spent across them (a union bound) and a stop for
+        # futility. The coordinate search, whose budget may cut the pairs short: each look at a third of the level,
+        # the pairs extended to what the gain seen needs.
+        spending = config.surface
+        level = (1.0 - config.confidence) * (CONFIRM_LEVEL if spending else 1.0)
         plan = self.planned_pairs(best)
         order = [start, best] if self.server == best else [best, start]  # every fresh measurement a restart
-        looks_at, pairs, looks, stopped = {1, plan}, 0, 0, ""
+        looks_at, pairs, looks, stopped, spent = {1, plan} | ({self.max_pairs} if spending else set()), 0, 0, "", 0.0
         while looks < CONFIRM_LOOKS and not stopped:
             for point in order:
                 try:
@@ -438,15 +446,22 @@ class Search:
                 continue
             looks += 1
             self.confirm_pairs = pairs
+            alpha = self.look_level(level, spent, looks, pairs, bool(stopped))
+            spent += alpha
             self.final = one_sided(mine, ref, alpha, self.spread(), config.confidence)
             self.final["looks"] = looks
             if self.final["p"] < alpha and self.final["gain"] > config.min_gain:
                 self.winner = best
                 break
-            if pairs >= plan:  # at the planned pairs and not resolved: once more, if it can be resolved
-                if self.final["gain"] <= config.min_gain or pairs >= self.max_pairs:
-                    break
-                looks_at.add(min(self.max_pairs, pairs + max(1, self.planned_extra(mine, ref, alpha))))
+            if pairs < plan:
+                continue
+            if pairs >= self.max_pairs or self.final["gain"] <= config.min_gain:
+                break
+            if spending:
+                if self.hopeless(mine, ref, level - spent):
+                    break  # the most pairs could not prove the gain seen (futility: adds no false winner)
+            else:  # once more, at the pairs 80% power at the gain seen needs
+                looks_at.add(min(self.max_pairs, pairs + max(1, self.planned_extra(mine, ref, level / CONFIRM_LOOKS))))
         if self.final is None:
             self.decision = "the budget left no time for fresh starts of the best point and of the start"
         elif self.winner:
@@ -465,6 +480,26 @@ class Search:
             if power_one_sided(gain, math.sqrt(2 * per_start / k), max(df + 2 * (k - len(mine)), 1), alpha) >= POWER:
                 return k - len(mine)
         return self.max_pairs - len(mine)
+
+    def look_level(self, level: float, spent: float, looks: int, pairs: int, stopped: bool) -> float:
+        """The level of this look: with the surface, CONFIRM_INTERIM x the level at a look another may follow and what
+        is left at the last; else a third of the level at each."""
+        if not self.config.surface:
+            return level / CONFIRM_LOOKS
+        last = looks == CONFIRM_LOOKS or pairs >= self.max_pairs or stopped
+        return level - spent if last else min(level * CONFIRM_INTERIM, level - spent)
+
+    def hopeless(self, mine: list[list[float]], ref: list[list[float]], alpha: float) -> bool:
+        """Would the most pairs prove the gain the confirmation saw with less than HOPE power at `alpha`? (Stopping
+        for futility never adds a false winner.)"""
+        spread = self.spread()
+        cv, df = (spread["cv"], spread["df"]) if spread else (0.0, 0)
+        gain = gate.starts_mean(mine) / gate.starts_mean(ref) - 1.0
+        per_run = statistics.fmean(gate.fvar(v) for v in mine + ref) / gate.starts_mean(ref) ** 2
+        per_start = cv ** 2 + per_run / self.config.runs
+        k = self.max_pairs
+        dof = max(df + 2 * (k - len(mine)), 1)
+        return power_one_sided(gain, math.sqrt(2 * per_start / k), dof, alpha) < HOPE
 
     def run(self) -> Generator[Ask, dict, Search]:
         config = self.config
