@@ -372,3 +372,28 @@ def test_a_background_command_that_writes_more_than_a_pipe_holds_runs_on_while_n
         time.sleep(0.05)
     out, _ = job.communicate(timeout=30)
     assert job.returncode == 0 and len(out) == 2**20 + 1
+
+
+def test_a_failed_jobs_digest_names_the_failing_test_through_molecules_prefixes():
+    """CI shows the end of the output; a molecule verify failure ends in its destroy step. The digest
+    finds pytest's failing test, its assertion and Ansible's fatal result under molecule's prefix."""
+    import run_tests
+
+    bar = "\x1b[2m\u2502\x1b[0m"
+    log = [f"  {bar} TASK [Wait for the instance(s)]",
+           f"  {bar} FAILED - RETRYING: [localhost]: Wait for instance(s) deletion to complete",
+           f"  {bar} ___________ test_a_reboot_brings_the_stack_back[podman://molecule-site] ___________",
+           f"  {bar} E   AssertionError: the server did not come back after the reboot:",
+           f"  {bar} fatal: [molecule-site]: FAILED! => {{\"msg\": \"Benchmark regression\"}}",
+           f"  {bar} =========================== short test summary info ===========================",
+           f"  {bar} FAILED ../../tests/molecule/default/test_site.py::test_a_reboot - AssertionError",
+           f"  {bar} =================== 1 failed, 5 passed in 301.20s (0:05:01) ===================",
+           "\x1b[31mERROR   \x1b[0m Verifier tests failed", "make: *** [Makefile:81: test] Error 1"]
+    digest = run_tests.failure_digest(log)
+    assert digest == [log[2].split(" ", 3)[-1], "E   AssertionError: the server did not come back after the reboot:",
+                      'fatal: [molecule-site]: FAILED! => {"msg": "Benchmark regression"}',
+                      "=========================== short test summary info ===========================",
+                      "FAILED ../../tests/molecule/default/test_site.py::test_a_reboot - AssertionError",
+                      "=================== 1 failed, 5 passed in 301.20s (0:05:01) ===================",
+                      "ERROR    Verifier tests failed"]
+    assert run_tests.failure_digest(["ok"] * 3) == []

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -159,9 +160,32 @@ def run_suite(args: argparse.Namespace, logs: Path, scenarios: list[str]) -> int
     failed = [j for j in jobs if j.rc != 0]
     for job in failed:
         lines = job.log.read_text(errors="replace").splitlines()
+        digest = failure_digest(lines)
+        if digest:
+            print(f"\n== {job.name} failed; what failed in {job.log}:")
+            print("\n".join(digest))
         print(f"\n== {job.name} failed; last lines of {job.log}:")
         print("\n".join(lines[-60:]))
     return 1 if failed else 0
+
+
+# Molecule prefixes what its steps print ("  │ "); pytest's and Ansible's own failure lines under it.
+PREFIX = re.compile(r"^\s*(?:\x1b\[[0-9;]*m)*│(?:\x1b\[[0-9;]*m)*\s?")
+FAILURE = re.compile(r"^(?:FAILED |ERROR |E   |fatal: |failed: |_{5,} .* _{5,}$|=+ short test summary info =+$"
+                     r"|=+ .*(?:failed|error).* in [0-9.]+s)")
+
+
+def failure_digest(lines: list[str], limit: int = 120) -> list[str]:
+    """The lines that say what failed in a job's log: pytest's failing test headers, its assertion
+    lines (E ...) and summary, Ansible's fatal/failed task results, wherever molecule nested them. CI
+    shows only the end of the output, and the end of a molecule run is its destroy step."""
+    picked = []
+    for line in lines:
+        bare = PREFIX.sub("", line)
+        bare = re.sub(r"\x1b\[[0-9;]*m", "", bare)
+        if FAILURE.match(bare) and "RETRYING" not in bare:
+            picked.append(bare[:400])
+    return picked[:limit] + ([f"... {len(picked) - limit} more"] if len(picked) > limit else [])
 
 
 if __name__ == "__main__":
