@@ -99,9 +99,16 @@ def assess(figures: dict[str, Any], extra: tuple[str, dict[str, Any]] | None = N
         row: dict[str, Any] = {"machine": start["machine"], "start": start["start"], "session": start["session"],
                                "gpu": gpu_name(start.get("gpu"))}
         rows.append(row)
+        if isinstance(start.get("prewarm"), dict):  # the role's warm-up tool ran between the drop and the start
+            warm = start["prewarm"]
+            row["prewarm"] = {"status": warm.get("status"), "why": warm.get("why"), "seconds": warm.get("seconds"),
+                              "read_gb": round((warm.get("read_bytes") or 0) / 1e9, 2), "gb_per_s": warm.get("gb_per_s")}
         target = next((w for w in start.get("weights", []) if w.get("model") == "target"), None)
-        if start.get("ready_rc") != 0 or start.get("ready_s_log") is None or not target:
+        if start.get("ready_rc") != 0 or start.get("ready_s_log") is None:
             row["verdict"] = "not assessed: the start did not become ready"
+            continue
+        if not target:
+            row["verdict"] = "not assessed: no target weight load in its log"
             continue
         own = sources.get(session_of(start["machine"]), {})
         source = own if own.get("rates") else sources.get("--bandwidth-from")
@@ -159,6 +166,9 @@ def acceptance_table(rows: list[dict[str, Any]]) -> str:
             lines.append(f"| {r['machine']} | {r['start']} | | | | | | | | {r['verdict']} | |")
             continue
         origin = r["bandwidth_source"] + ("" if r["same_session"] else " (another session)")
+        if "prewarm" in r:
+            w = r["prewarm"]
+            r = {**r, "path": f"{r['path']} (warm-up: {w['status']}, {w['read_gb']} GB in {w['seconds']} s)"}
         lines.append(f"| {r['machine']} ({r['gpu']}) | {r['start']} | {r['path']} | {origin} | {r['weights_gb_per_s']} | "
                      f"{r['bound']} {r['bound_gb_per_s']} | {r['weights_share_of_bound']:.0%} | {r['ready_s']} | "
                      f"{r['ready_limit_s']} | {r['weights_criterion']} | {r['ready_criterion']} |")

@@ -67,11 +67,20 @@ def test_cold_start_is_held_to_the_disk():
     assert row["ready_limit_s"] == 40.0
 
 
+def test_a_prewarmed_start_is_warm_and_carries_its_warm_up():
+    warm_up = {"status": "read", "why": "x", "seconds": 10.0, "read_bytes": 20_000_000_000, "gb_per_s": 2.0}
+    (row,) = curate.assess(figures(start="prewarmed", prewarm=warm_up))
+    assert row["path"] == "warm" and row["prewarm"]["read_gb"] == 20.0
+    assert "warm-up: read, 20.0 GB in 10.0 s" in curate.acceptance_table([row])
+
+
 def test_a_partly_resident_or_failed_start_is_not_assessed():
     (row,) = curate.assess(figures(resident_before_start_gb=10.0))
     assert row["verdict"].startswith("not assessed") and "50%" in row["verdict"]
     (row,) = curate.assess(figures(ready_rc=1, ready_s_log=None))
     assert row["verdict"] == "not assessed: the start did not become ready"
+    (row,) = curate.assess(figures(weights=[]))
+    assert row["verdict"] == "not assessed: no target weight load in its log"
 
 
 def test_bandwidth_from_another_session_is_said_and_another_gpu_refused():
