@@ -36,11 +36,13 @@ ASSUMPTIONS: dict[str, tuple[Any, str, str]] = {
     "draft_gb": (3.0, "GB", "README.md's 'about 550 GB for the Kimi-K2.5 weights and their draft' less 547 GB"),
     "layers": (61, "layers", "Kimi-K2.5's text model (DeepSeek-V3 architecture: 61 decoder layers; public "
                              "config, not read here) against the test bed's 40"),
-    "ranks_read_whole_checkpoint": (True, "", "SGLang 0.5.17's default loader (multi-threaded, its default) has "
-                                    "each rank read every shard whole out of the page cache and narrow the "
-                                    "tensors to its slice afterwards (weight_utils.py: "
-                                    "buffered_multi_thread_safetensors_weights_iterator; the tensors' "
-                                    "weight_loader): 8 x 547 GB of host memory copies"),
+    "rank_reads": (("its share", "the whole checkpoint"), "", "what each rank pulls out of the page cache: SGLang "
+                   "0.5.17's default loader (weight_utils.py, buffered_multi_thread_safetensors_weights_iterator) "
+                   "opens every shard on every rank with safetensors' safe_open and get_tensor, then the tensors' "
+                   "weight_loader narrows them to the rank's slice and copies that to the GPU. Whether get_tensor "
+                   "copies the whole tensor (the image's safetensors 0.8.0, not read here) or hands out a mapped view "
+                   "of which only the slice is touched decides it: from 8 x 68 GB to 8 x 547 GB of host memory "
+                   "traffic; the test bed (tp 1) cannot tell them apart"),
     "host_copy_gb_per_s": ((100.0, None), "GB/s", "the host's aggregate page-cache-to-user copy rate over 8 ranks: "
                            "not measured; low: an assumed floor for a one-socket DDR5 host under 8 x 8 threads; "
                            "high: 8 x the one-process rate measured (None: filled from the bandwidth file), "
@@ -128,10 +130,10 @@ def project(m: dict[str, Any]) -> dict[str, Any]:
     gpus, size, per_gpu = a["gpus"], a["checkpoint_gb"], a["checkpoint_gb"] / a["gpus"]
     copy_low, copy_high = a["host_copy_gb_per_s"]
     copy_high = copy_high or gpus * m["page_cache_gb_per_s"]
-    copied = gpus * size if a["ranks_read_whole_checkpoint"] else size
+    copied = [gpus * per_gpu, gpus * size]  # each rank its share .. each rank the whole checkpoint
     h2d = list(m["weights_warm_gb_per_s"].values())
     link_s = rng(per_gpu / max(h2d), per_gpu / min(h2d))
-    copy_s = rng(copied / copy_high, copied / copy_low)
+    copy_s = rng(copied[0] / copy_high, copied[1] / copy_low)
     weights = rng(max(link_s[0], copy_s[0]), max(link_s[1], copy_s[1]))
     scale = a["layers"] / 40
     rows: list[dict[str, Any]] = []
@@ -145,8 +147,9 @@ def project(m: dict[str, Any]) -> dict[str, Any]:
         f"measured {min(bw_s)}-{max(bw_s)} s launch -> first weight ({m['gpu']}, warm and warm-bounded) "
         f"+ {extra[0]:g}-{extra[1]:g} s assumed for 8 ranks")
     row("weights: page cache -> each rank's memory", *copy_s,
-        f"{gpus} ranks x {size:g} GB = {copied:g} GB at {copy_low:g}-{copy_high:g} GB/s aggregate (high: 8 x the "
-        f"{m['page_cache_gb_per_s']} GB/s one process read here; low: assumed)")
+        f"{copied[0]:.0f} GB (each rank its share) at {copy_high:g} GB/s to {copied[1]:.0f} GB (each rank the "
+        f"whole checkpoint) at {copy_low:g} GB/s aggregate ({copy_high:g}: 8 x the {m['page_cache_gb_per_s']} GB/s "
+        f"one process read here; {copy_low:g}: assumed)")
     row("weights: each GPU's share over its link", *link_s,
         f"{per_gpu:.1f} GB a GPU at {min(h2d)}-{max(h2d)} GB/s (the loader's warm rate here: pageable copies; "
         f"the link's pinned {m['h2d_pinned_gb_per_s']} GB/s would take {per_gpu / m['h2d_pinned_gb_per_s']:.1f} s)")

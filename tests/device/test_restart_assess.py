@@ -118,8 +118,10 @@ def test_projection_adds_up_and_names_every_input():
     w = phases["weights phase (the two overlap)"]
     assert w[1] == max(phases["weights: page cache -> each rank's memory"][1],
                        phases["weights: each GPU's share over its link"][1])
-    # 8 x 547 GB at 8 x the 37.2 GB/s measured: 14.7 s
-    assert phases["weights: page cache -> each rank's memory"][0] == 14.7
+    # 8 x 68.4 GB at 8 x the 37.2 GB/s measured (1.8 s) .. 8 x 547 GB at the assumed 100 GB/s (43.8 s)
+    assert phases["weights: page cache -> each rank's memory"] == [1.8, 43.8]
+    # then the link's 68.4 GB a GPU at the loader's 8.48-9.11 GB/s is the longer
+    assert w[0] == phases["weights: each GPU's share over its link"][0] == 7.5
     assert p["room_for_repack_s"][0] == pytest.approx(120 - p["warm_restart_s"][1], abs=0.11)
     for key, (_, _, why) in projection.ASSUMPTIONS.items():
         assert why, key
