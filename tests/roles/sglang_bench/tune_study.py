@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "harness"))
 from repo import load
 
@@ -43,11 +45,20 @@ def main() -> int:
     ap.add_argument("--hosts", default="noisy,quiet-restarts,quiet")
     ap.add_argument("--responses", default=",".join(tunehost.RESPONSES))
     ap.add_argument("--seed", type=int, default=40)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting other than the role's default (a YAML value), e.g. surface=true budget_minutes=960")
     args = ap.parse_args()
-    settings = tunehost.role_settings()
+    changes = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in tunehost.role_settings():
+            ap.error(f"--set {item}: no setting {key!r} in the role's tune settings")
+        changes[key] = yaml.safe_load(value)
+    settings = tunehost.role_settings(**changes)
     print(f"role defaults: budget {settings['budget_minutes']} min, {settings['restart_minutes']} min per restart, "
           f"{settings['runs']} runs per {settings['measure_minutes']} min, confidence {settings['confidence']}, "
-          f"min gain {settings['min_gain_pct']}%; {args.trials} trials" + (
+          f"min gain {settings['min_gain_pct']}%; {args.trials} trials"
+          + "".join(f", {k} {v}" for k, v in changes.items()) + (
               f", stated restart CV {settings['restart_cv_pct']}%" if "restart_cv_pct" in settings else ""))
     for host in args.hosts.split(","):
         run_cv, start_cv = HOSTS[host]
