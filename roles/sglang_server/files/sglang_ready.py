@@ -9,7 +9,8 @@ RestartSec in ``auto-restart``), not only once systemd restarted it.
 
 Exit codes: 0 ready; 3 still starting after --seconds (call again: one line of
 progress per call); 1 the unit failed, stopped or restarted since --restarts.
-One JSON line on stdout says which, with the elapsed time and the unit's state.
+One JSON line on stdout says which, with the elapsed time and the unit's state (when ready: the probes
+it sent, 1 when the server served already, and the epoch of the 200).
 
 Usage: sglang_ready.py --url http://127.0.0.1:30000 --unit sglang-server --seconds 30 --restarts N
 """
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     deadline = started + args.seconds
     last = None
+    probes = 0
     while True:
         state = unit_state(args.unit)
         restarts = int(state.get("NRestarts", "0") or 0)
@@ -63,8 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"ready": False, "dead": True, "why": why, "unit": state}))
             return 1
         last = probe(args.url.rstrip("/"), timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+        probes += 1
         if last == 200:
-            print(json.dumps({"ready": True, "waited_s": round(time.monotonic() - started, 1), "unit": state}))
+            # ready_epoch: when this call saw the first 200; probes: how many it sent (1: it was serving already)
+            print(json.dumps({"ready": True, "waited_s": round(time.monotonic() - started, 1), "probes": probes,
+                              "ready_epoch": round(time.time(), 3), "unit": state}))
             return 0
         if time.monotonic() >= deadline:
             print(json.dumps({"ready": False, "dead": False, "health_generate": last, "unit": state}))

@@ -29,6 +29,16 @@ accurate to a second; the elapsed figures SGLang prints itself to 10 ms. --start
 Usage: sglang_start_phases.py LOG [--started EPOCH] [--ready EPOCH] [--json FILE] [--quiet]
 Prints a table of the phases; --json writes everything read. Exit 0, or 1 when no SGLang log line
 was found.
+
+       sglang_start_phases.py --record DIR --unit UNIT [--keep N] [--ready EPOCH]
+Records the start of the unit's running process once (role sglang_server runs it after every converge's
+wait; a start no play waited for, after a reboot or systemd's own restart, is recorded by the next run):
+its log is the journal of that invocation alone (journalctl _SYSTEMD_INVOCATION_ID=...), the launch
+systemd's ExecMainStartTimestamp; ready is --ready (the moment a wait saw the first 200) or else what
+the log shows (the access log's first 200, else "fired up"). DIR/<start>-<invocation>.json (0640,
+written whole then renamed), DIR/last.json the newest, the newest N kept. One JSON line on stdout:
+{"recorded": true|false, "why", "file", "ready_s", "phases": {segment: seconds}, "summary"}; exit 0,
+or 1 when the unit is not running or its journal holds no SGLang line (the record says so).
 """
 
 from __future__ import annotations
@@ -36,8 +46,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -296,14 +310,90 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _systemctl_show(unit: str) -> dict[str, str]:
+    out = subprocess.run(["systemctl", "show", unit, "--timestamp=unix",
+                          "--property=ActiveState,InvocationID,ExecMainStartTimestamp,ExecMainPID"],
+                         capture_output=True, text=True, check=False).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def summary(result: dict[str, Any]) -> str:
+    """One line: ready, then the weights, the graphs and the rest."""
+    segs = {seg["phase"].split("->", 1)[1]: seg["seconds"] for seg in result["phases"]}
+    parts = [f"ready {result['ready_s']} s after launch" if result["ready_s"] is not None else "ready time unknown"]
+    named = [("first_line", "imports"), ("weights_begin", "to the weights"), ("weights_end", "target weights"),
+             ("draft_weights_end", "draft"), ("kv_cache_end", "KV cache"), ("graphs_end", "CUDA graphs"),
+             ("http_up", "HTTP up"), ("fired_up", "warm-up"), ("ready", "to ready")]
+    parts += [f"{label} {segs[key]:.1f} s" for key, label in named if key in segs]
+    jit = result["jit"]["count"]
+    return ", ".join(parts) + (f"; {jit} JIT/compile messages" if jit else "")
+
+
+def _write_atomic(path: Path, text: str, mode: int = 0o640) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def record(directory: Path, unit: str, keep: int, ready: float | None) -> tuple[int, dict[str, Any]]:
+    """See the module's docstring (--record)."""
+    show = _systemctl_show(unit)
+    invocation = show.get("InvocationID", "")
+    launched = show.get("ExecMainStartTimestamp", "").lstrip("@")
+    if show.get("ActiveState") != "active" or not invocation or not launched:
+        return 1, {"recorded": False, "why": f"{unit} is not running ({show.get('ActiveState', 'unknown')}): no start to record"}
+    started = float(launched)
+    name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started)) + f"-{invocation[:12]}.json"
+    path = directory / name
+    if path.exists():
+        return 0, {"recorded": False, "why": "this start is recorded", "file": str(path)}
+    journal = subprocess.run(["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager"],
+                             capture_output=True, text=True, check=False)
+    result = read(journal.stdout.splitlines(), started, ready)
+    result.update({"unit": unit, "invocation_id": invocation, "main_pid": show.get("ExecMainPID"),
+                   "recorded_epoch": round(time.time(), 3), "summary": summary(result)})
+    directory.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(result, indent=1) + "\n"
+    _write_atomic(path, text)
+    _write_atomic(directory / "last.json", text)
+    records_ = sorted(p for p in directory.glob("*.json") if p.name != "last.json")
+    for old in records_[: max(0, len(records_) - keep)]:
+        old.unlink(missing_ok=True)
+    answer = {"recorded": True, "file": str(path), "found": result["found"], "ready_s": result["ready_s"],
+              "ready_from": result["ready_from"],
+              "phases": {seg["phase"]: seg["seconds"] for seg in result["phases"]}, "summary": result["summary"]}
+    if not result["found"]:
+        answer["why"] = f"the journal of this start ({invocation}) holds no SGLang log line"
+    return (0 if result["found"] else 1), answer
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("log", help="the server's log file, or - for stdin")
+    ap.add_argument("log", nargs="?", help="the server's log file, or - for stdin")
+    ap.add_argument("--record", type=Path, metavar="DIR", help="record the running start of --unit under DIR")
+    ap.add_argument("--unit", help="the server's systemd unit (with --record)")
+    ap.add_argument("--keep", type=int, default=20, help="records kept under DIR (with --record)")
     ap.add_argument("--started", type=float, help="epoch seconds when the server process was launched")
     ap.add_argument("--ready", type=float, help="epoch seconds of the first 200 on /health_generate")
     ap.add_argument("--json", help="write everything read to this file")
     ap.add_argument("--quiet", action="store_true", help="no table on stdout")
     args = ap.parse_args(argv)
+    if args.record is not None:
+        if not args.unit or args.log or args.keep < 1:
+            ap.error("--record needs --unit, a --keep of at least 1 and no LOG")
+        rc, answer = record(args.record, args.unit, args.keep, args.ready)
+        print(json.dumps(answer))
+        return rc
+    if args.log is None:
+        ap.error("LOG (a file, or - for stdin) or --record DIR")
     if args.log == "-":
         result = read(sys.stdin, args.started, args.ready)
     else:

@@ -97,6 +97,30 @@ def test_kill_9_restarts_and_serves_again(host):
     print(f"restart after kill -9: ready again in {ready - killed:.1f} s")
 
 
+def test_each_start_is_recorded_once_with_its_phases(host):
+    """The converge recorded the start it waited for (its ready time the wait's), the idempotence converge none;
+    the start systemd made after kill -9 (no play waited for it) is recorded by the next run's task, here its tool
+    as that task runs it, from the log alone; a second run records nothing."""
+    starts = "/var/lib/sglang/starts"
+    record = f"/usr/bin/python3 /opt/sglang/bin/sglang_start_phases.py --record {starts} --unit sglang-server --keep 20"
+    names = sorted(host.file(starts).listdir())
+    converged = [json.loads(host.file(f"{starts}/{n}").content_string) for n in names if n != "last.json"]
+    assert len(converged) == 1 and "last.json" in names, names
+    first = converged[0]
+    assert first["ready_from"] == "--ready" and first["found"] and not first["errors"], first["summary"]
+    assert [w["model"] for w in first["weights"]] == ["target", "draft"] and first["weights"][0]["elapsed_s"] >= 1
+    assert 0 < first["marks"]["weights_begin"] < first["marks"]["fired_up"] <= first["ready_s"], first["marks"]
+    assert (host.file(f"{starts}/last.json").mode, host.file(f"{starts}/last.json").user) == (0o640, "root")
+    assert KEY not in host.file(f"{starts}/last.json").content_string
+    answer = json.loads(host.check_output(record))
+    assert answer["recorded"] and answer["ready_from"] != "--ready" and answer["ready_s"] > 0, answer
+    again = json.loads(host.check_output(record))
+    assert (again["recorded"], again["why"], again["file"]) == (False, "this start is recorded", answer["file"])
+    newest = json.loads(host.file(f"{starts}/last.json").content_string)
+    assert newest["invocation_id"] != first["invocation_id"] and newest["main_pid"] != first["main_pid"]
+    print(f"start records: converge {first['summary']}; after kill -9 {answer['summary']}")
+
+
 def switch_current(host, release):
     host.run_expect([0], f"ln -sfnT /opt/sglang/releases/{release} /opt/sglang/current.new && "
                          "mv -T /opt/sglang/current.new /opt/sglang/current")

@@ -16,7 +16,7 @@ def sse_events(resp: requests.Response) -> list[str]:
 
 
 def test_health_is_503_while_loading_then_200(start_sim) -> None:
-    sim = start_sim(env={"SGLANG_SIM_LOAD_SECONDS": "1.5"}, wait="Uvicorn running")
+    sim = start_sim(env={"SGLANG_SIM_LOAD_SECONDS": "1.5"}, wait="listening on")
     assert requests.get(sim.url + "/health_generate", timeout=5).status_code == 503
     assert requests.get(sim.url + "/health", timeout=5).status_code == 503
     assert requests.post(sim.url + "/generate", json={"text": "hi"}, timeout=5).status_code == 503

@@ -43,7 +43,7 @@ def start_reference(start_sim, sglang_dir: Path, load_seconds: str = "0", extra_
 
 
 def test_unpatched_0_5_9_crashes_like_sglang(start_sim, sdist_sglang_dir: Path) -> None:
-    sim = start_reference(start_sim, sdist_sglang_dir, load_seconds="1.0", wait="Uvicorn running")
+    sim = start_reference(start_sim, sdist_sglang_dir, load_seconds="1.0", wait="listening on")
     assert requests.get(sim.url + "/health_generate", timeout=5).status_code == 503
     assert sim.wait_exit() == 1
     assert time.monotonic() - sim.started >= 1.0  # after the load time, as the real one ~8 min in

@@ -165,7 +165,7 @@ def test_metrics_are_served_only_with_enable_metrics_and_once_loaded(start_sim) 
     assert requests.get(sim.url + "/metrics", timeout=5).status_code == 404
     # SGLang starts its HTTP server after the model loaded (http_server.launch_server): a scrape during
     # the load fails, so Prometheus sees a restarting server as down until it serves again
-    sim = start_sim(["--enable-metrics"], env={"SGLANG_SIM_LOAD_SECONDS": "1.5"}, wait="Uvicorn running")
+    sim = start_sim(["--enable-metrics"], env={"SGLANG_SIM_LOAD_SECONDS": "1.5"}, wait="listening on")
     assert requests.get(sim.url + "/metrics", timeout=5).status_code == 503
     sim.wait_for_log("The server is fired up and ready to roll!")
     assert requests.get(sim.url + "/metrics", timeout=5).status_code == 200

@@ -38,7 +38,7 @@ def test_a_missing_shard_fails_the_load_naming_it(start_sim, model_dir, tmp_path
     model = copy_of(model_dir, tmp_path)
     shards = sorted(json.loads((model / "model.safetensors.index.json").read_text())["weight_map"].values())
     (model / shards[-1]).unlink()
-    sim = start_sim(model=str(model), env={"SGLANG_SIM_LOAD_SECONDS": "0.2"}, wait="Uvicorn running")
+    sim = start_sim(model=str(model), env={"SGLANG_SIM_LOAD_SECONDS": "0.2"}, wait="listening on")
     assert sim.wait_exit() == 1
     assert f"No such file or directory: '{model / shards[-1]}'" in sim.stderr()
     assert READY_TEXT not in sim.stdout()
@@ -50,7 +50,7 @@ def test_a_missing_draft_shard_fails_too(start_sim, model_dir, tmp_path):
         shard.unlink()
     args = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
-    sim = start_sim(args, model=str(model_dir), env={"SGLANG_SIM_LOAD_SECONDS": "0.2"}, wait="Uvicorn running")
+    sim = start_sim(args, model=str(model_dir), env={"SGLANG_SIM_LOAD_SECONDS": "0.2"}, wait="listening on")
     assert sim.wait_exit() == 1
     assert str(draft) in sim.stderr() and "weight file(s)" in sim.stderr()
 

@@ -205,3 +205,81 @@ def test_every_start_of_issue_42_reads_as_the_proof_recorded_it(name):
         assert [{k: v for k, v in x.items() if k not in ("begin", "end")} for x in mine] == [
             {k: v for k, v in x.items() if k not in ("begin", "end")} for x in theirs]
     assert r["weights"][0]["mem_usage_gib"] == 32.06  # the 34.36 GB checkpoint, printed in GiB
+
+
+# --- --record: one record per start (TEST DOUBLES of systemctl and journalctl on PATH: this machine runs no
+# systemd; molecule sglang_server records real starts of the simulator's unit through the role's task)
+
+def fake_systemd(tmp_path, monkeypatch, show: dict[str, str], journal_file):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text("#!/bin/sh\ncat <<'EOF'\n" + "".join(f"{k}={v}\n" for k, v in show.items())
+                                       + "EOF\n")
+    (bin_dir / "journalctl").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/journalctl.argv\n"
+                                        f"zcat -f {journal_file}\n")
+    for tool in ("systemctl", "journalctl"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+
+
+def test_record_writes_each_start_once_and_keeps_the_newest(tmp_path, monkeypatch, capsys):
+    log = RESTART / "h200-d-01-warm.log.gz"
+    first_stamp = sp.read(gzip.open(log, "rt"))["first_line_epoch"]
+    starts = tmp_path / "starts"
+    answers = []
+    for n, invocation in enumerate(["a" * 32, "b" * 32, "c" * 32]):
+        fake_systemd(tmp_path, monkeypatch, {"ActiveState": "active", "InvocationID": invocation,
+                                             "ExecMainStartTimestamp": f"@{first_stamp - 17 + n}",
+                                             "ExecMainPID": "4242"}, log)
+        for _ in range(2):  # the second run of the same start records nothing
+            rc = sp.main(["--record", str(starts), "--unit", "sglang-server", "--keep", "2"]
+                         + (["--ready", str(first_stamp + 60)] if n == 0 else []))
+            answers.append((rc, json.loads(capsys.readouterr().out)))
+    assert [(rc, a["recorded"]) for rc, a in answers] == [(0, True), (0, False)] * 3
+    assert answers[1][1]["why"] == "this start is recorded" and answers[1][1]["file"] == answers[0][1]["file"]
+    kept = sorted(p.name for p in starts.iterdir())
+    assert len(kept) == 3 and kept[-1] == "last.json" and "aaaaaaaaaaaa" not in "".join(kept)  # keep 2: a's went
+    assert all(oct(p.stat().st_mode & 0o777) == "0o640" for p in starts.iterdir())
+    newest = json.loads((starts / "last.json").read_text())
+    assert newest["invocation_id"] == "c" * 32 and (starts / kept[1]).read_text() == (starts / "last.json").read_text()
+    # the journal of that invocation alone, read as this reader reads any log
+    assert (tmp_path / "journalctl.argv").read_text().splitlines()[-1] == f"_SYSTEMD_INVOCATION_ID={'c' * 32} -o cat --no-pager"
+    # the launch from systemd: 17 s before the first line (2 s later for c); ready from --ready, else the log
+    first = answers[0][1]
+    assert first["phases"]["launch->first_line"] == 17.0 and first["ready_s"] == 77.0 and first["ready_from"] == "--ready"
+    assert answers[4][1]["phases"]["launch->first_line"] == 15.0 and answers[4][1]["ready_from"] != "--ready"
+    assert first["summary"].startswith("ready 77.0 s after launch, imports 17.0 s, ") and "target weights" in first["summary"]
+
+
+def test_record_of_a_unit_that_is_not_running_or_whose_journal_has_no_sglang_line(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing SGLang printed\n")
+    fake_systemd(tmp_path, monkeypatch, {"ActiveState": "activating", "InvocationID": "d" * 32,
+                                         "ExecMainStartTimestamp": "@1796500000"}, empty)
+    assert sp.main(["--record", str(tmp_path / "s"), "--unit", "sglang-server"]) == 1
+    answer = json.loads(capsys.readouterr().out)
+    assert answer == {"recorded": False, "why": "sglang-server is not running (activating): no start to record"}
+    assert not (tmp_path / "s").exists()
+    fake_systemd(tmp_path, monkeypatch, {"ActiveState": "active", "InvocationID": "d" * 32,
+                                         "ExecMainStartTimestamp": "@1796500000"}, empty)
+    assert sp.main(["--record", str(tmp_path / "s"), "--unit", "sglang-server"]) == 1
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["recorded"] and not answer["found"] and "holds no SGLang log line" in answer["why"]
+    with pytest.raises(SystemExit):
+        sp.main(["--record", str(tmp_path / "s"), "--unit", "sglang-server", "--keep", "0"])
+
+
+def test_the_simulators_start_reads_in_the_order_of_a_real_sglang_start(start_sim):
+    """The simulator (TEST ONLY) prints a start's lines in SGLang 0.5.17's words: the reader finds the same
+    events in the same order as in a real EAGLE-3 start (issue 42's warm start on the H200), less the CUDA
+    graphs the simulator does not capture."""
+    sim = start_sim(["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft"],
+                    env={"SGLANG_SIM_LOAD_SECONDS": "0.3"})
+    simulated = read_log(sim.out_path)
+    real = read_log(RESTART / "h200-d-01-warm.log.gz")
+    order = ["first_line", "weights_begin", "weights_end", "draft_weights_end", "kv_cache_end", "http_up", "fired_up"]
+    for result in (simulated, real):
+        marks = [result["marks"][name] for name in order]
+        assert None not in marks and marks == sorted(marks), result["marks"]
+    assert [w["model"] for w in simulated["weights"]] == [w["model"] for w in real["weights"]] == ["target", "draft"]
+    assert simulated["weights"][0]["elapsed_s"] >= 0.3 and simulated["kv_cache"] and not simulated["cuda_graphs"]

@@ -553,7 +553,13 @@ class SimServer:
 
     async def start_up(self) -> None:
         """Simulated weight loading; then the Kimi check (crash) or readiness."""
-        log.info("Load weight begin. (simulated: SGLANG_SIM_LOAD_SECONDS=%s)", self.settings.load_seconds)
+        # The lines of a start in SGLang 0.5.17's own words (a real one: docs/validation/restart-h200/starts/), so
+        # that the role's phase reader (sglang_start_phases.py) reads the simulator's starts as it reads SGLang's:
+        # the weights of the target and then the draft, the KV cache, HTTP up, warm-up. No CUDA graph is captured
+        # here, and the memory figures are made up (the simulator holds no GPU memory).
+        began = time.monotonic()
+        log.info("Load weight begin. avail mem=94.50 GB (simulated: SGLANG_SIM_LOAD_SECONDS=%s)",
+                 self.settings.load_seconds)
         await asyncio.sleep(self.settings.load_seconds)
         crash = self.weights_missing() or self.kimi_crash() or self.out_of_memory()
         if crash is not None:
@@ -564,10 +570,22 @@ class SimServer:
             log.error("Received sigquit from a child process. It usually means the child failed.")
             sys.stdout.flush()
             os._exit(1)
-        log.info("Load weight end. (simulated)")
+        identity = self.model_identity()
+        kind = (identity.get("architectures") or ["LlamaForCausalLM"])[0]
+        log.info("Load weight end. elapsed=%.2f s, type=%s, avail mem=30.50 GB, mem usage=64.00 GB. (simulated)",
+                 time.monotonic() - began, kind)
+        if self.args.get("speculative_algorithm") in ("EAGLE3", "EAGLE"):
+            log.info("Load weight begin. avail mem=30.50 GB (simulated)")
+            log.info("Load weight end. elapsed=0.01 s, type=LlamaForCausalLMEagle3, avail mem=29.50 GB, "
+                     "mem usage=1.00 GB. (simulated)")
+        log.info("KV Cache is allocated. dtype: torch.bfloat16, #tokens: %d, K size: 10.00 GB, V size: 10.00 GB "
+                 "(simulated)", SIM_TOKENS)
+        log.info("Memory pool end. avail mem=9.50 GB (simulated)")
         if self.settings.fault("never_ready"):
             log.info("[sim] SGLANG_SIM_FAULT=never_ready: staying in the starting state")
             return
+        log.info("INFO:     Uvicorn running on http://%s:%s (Press CTRL+C to quit) (simulated: listening since the "
+                 "start, where SGLang binds only now)", self.args["host"], self.args["port"])
         self.ready = True
         log.info(READY_TEXT)
 
@@ -621,8 +639,8 @@ async def serve(settings: SimSettings, server_args: dict[str, Any], version: str
     except OSError as exc:
         log.error("[sim] cannot bind %s:%s: %s", server_args["host"], server_args["port"], exc)
         return 1
-    log.info("INFO:     Uvicorn running on http://%s:%s (Press CTRL+C to quit)", server_args["host"],
-             server_args["port"])
+    log.info("[sim] listening on http://%s:%s while loading (SGLang itself binds once loaded: Uvicorn's line)",
+             server_args["host"], server_args["port"])
     tasks = [asyncio.ensure_future(sim.engine.run_clock()), asyncio.ensure_future(sim.start_up())]
     waiter = asyncio.ensure_future(stop.wait())
     pending: set[asyncio.Future[Any]] = {waiter, *tasks}
