@@ -655,9 +655,26 @@ def markdown(host: str, results: list[dict], ev: dict, baseline: float | None, m
             continue
         out.append(f"| {r['_session']} | {r.get('label') or '-'} | {r['_release']} | {r['mean_tok_s']:.1f} | "
                    f"{r.get('min_tok_s', 0):.1f}-{r.get('max_tok_s', 0):.1f} | {r.get('concurrency')} |")
+    starts = server_starts(results)
+    if starts:
+        out += ["", "## Server starts (the start each session measured; role sglang_server's records)", "",
+                "| session | release | ready s | where the time went |", "| --- | --- | --- | --- |"]
+        out += [f"| {session} | {release} | {st.get('ready_s') if st.get('ready_s') is not None else '-'} | "
+                f"{st.get('summary') or '-'} |" for session, release, st in starts]
     if plot:
         out += ["", "![tok/s per release](history.png)"]
     return "\n".join(out) + "\n"
+
+
+def server_starts(results: list[dict]) -> list[tuple[str, str, dict]]:
+    """(session, release, start) of each start the results measured, once per start (by systemd's invocation id),
+    oldest first; sessions whose results carry no start (an older bench, a start no run recorded) have none."""
+    seen: dict[str, tuple[str, str, dict]] = {}
+    for r in results:
+        start = (r.get("environment") or {}).get("server_start")
+        if isinstance(start, dict) and start.get("invocation_id"):
+            seen.setdefault(start["invocation_id"], (r["_session"], r["_release"], start))
+    return list(seen.values())
 
 
 def render_plot(results: list[dict], path: Path, host: str) -> None:
@@ -744,7 +761,9 @@ def main(argv: list[str] | None = None) -> int:
     tmp.replace(host_dir / "report.md")
     print(json.dumps({"host": args.host, "session": ev["session"], "confidence": ev["confidence"],
                       "rows": ev["rows"], "speedup": ev["speedup"], "ab": ev["ab"], "failures": ev["failures"],
-                      "notes": ev["notes"], "restart_cv": ev["restart_cv"], "report": str(host_dir / "report.md")}))
+                      "notes": ev["notes"], "restart_cv": ev["restart_cv"], "report": str(host_dir / "report.md"),
+                      "server_start": next((st for session, _r, st in reversed(server_starts(results))
+                                            if session == ev["session"]), None)}))
     return 1 if ev["failures"] else 0
 
 

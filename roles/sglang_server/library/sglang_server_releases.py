@@ -16,7 +16,8 @@ description:
     when a different release becomes ready, kept when the release going back is the previous one itself), each
     a release directory or "" (none recorded); C(serving_id) and C(previous_id), their directories' names;
     C(writable_paths), the directories the server's unit may write (I(writable_paths)), which role sglang_model
-    keeps the models and their local sources out of.
+    keeps the models and their local sources out of; C(starts_dir), where each start's phases are recorded
+    (sglang_start_phases.py --record; C(last.json) the newest), which role sglang_bench reads with its results.
     C(previous) is the one "previous" of the project, playbooks/rollback.yml's target; role sglang_build
     never prunes C(serving) or C(previous). The release the next start runs is role sglang_build's
     (ansible_local.sglang_build.current).
@@ -76,6 +77,7 @@ def describe(home: str, writable_paths: list | None = None) -> dict:
         fact[key] = release
         fact[f"{key}_id"] = os.path.basename(os.path.normpath(release)) if release else ""
     fact["writable_paths"] = list(writable_paths or [])
+    fact["starts_dir"] = os.path.join(home, "starts")
     return fact
 
 

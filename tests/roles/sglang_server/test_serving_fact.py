@@ -18,12 +18,13 @@ def test_serving_and_previous_from_the_state_files(tmp_path):
     assert mod.describe(str(tmp_path), ["/var/lib/sglang", "/var/cache/sglang"]) == {
         "schema": 1, "serving": "/opt/sglang/releases/sglang-0.5.23-a", "serving_id": "sglang-0.5.23-a",
         "previous": "/opt/sglang/releases/sglang-0.5.17-b", "previous_id": "sglang-0.5.17-b",
-        "writable_paths": ["/var/lib/sglang", "/var/cache/sglang"]}
+        "writable_paths": ["/var/lib/sglang", "/var/cache/sglang"], "starts_dir": f"{tmp_path}/starts"}
 
 
 def test_a_host_that_never_served(tmp_path):
     assert mod.describe(str(tmp_path / "none")) == {"schema": 1, "serving": "", "serving_id": "", "previous": "",
-                                                    "previous_id": "", "writable_paths": []}
+                                                    "previous_id": "", "writable_paths": [],
+                                                    "starts_dir": f"{tmp_path}/none/starts"}
     (tmp_path / "serving-release").write_text("/opt/sglang/releases/r1\n")  # served one release, no previous yet
     fact = mod.describe(str(tmp_path))
     assert (fact["serving_id"], fact["previous"], fact["previous_id"]) == ("r1", "", "")

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from .protocol import SCHEMA, TOOL, BenchError, Run, make_prompt
@@ -45,6 +46,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--env-json", metavar="FILE",
                         help="JSON object of host facts merged into environment (its keys server, "
                              "server_args and client are taken by what this tool measures)")
+    parser.add_argument("--start-record", metavar="FILE",
+                        help="role sglang_server's record of the newest start (<home>/starts/last.json): kept in "
+                             "environment.server_start when it is the start of the server that runs now")
     args = parser.parse_args(argv)
     for name in ("runs", "concurrency", "max_tokens", "input_len"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -52,6 +56,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.warmup < 0 or args.timeout <= 0:
         parser.error("--warmup must be >= 0 and --timeout > 0")
     return args
+
+
+def process_started(pid: int) -> float | None:
+    """When process ``pid`` started (epoch seconds, to a clock tick), from /proc; None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    ticks = float(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime, after the command's parentheses
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_start(path: str) -> dict[str, Any]:
+    """The newest start record, compacted, when it is the start of the server that runs now (its main
+    process is alive and started when the record says: a record from before a reboot or a crash is not);
+    else why not (server_start_unknown)."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"server_start_unknown": f"no start record ({path})"}
+    except (OSError, ValueError) as exc:
+        return {"server_start_unknown": f"{path}: {exc}"}
+    launched, pid = record.get("started_epoch"), str(record.get("main_pid") or "")
+    alive = process_started(int(pid)) if pid.isdigit() else None
+    if launched is None or alive is None or abs(alive - float(launched)) > 2.0:
+        return {"server_start_unknown": (f"the newest start record ({record.get('invocation_id', '?')[:12]}) is not "
+                                         "the running server's: a start no run has recorded yet")}
+    return {"server_start": {
+        "invocation_id": record.get("invocation_id"), "started_epoch": launched, "ready_s": record.get("ready_s"),
+        "ready_from": record.get("ready_from"), "summary": record.get("summary"),
+        "phases": {seg["phase"]: seg["seconds"] for seg in record.get("phases", [])},
+        "weights": [{k: w.get(k) for k in ("model", "type", "elapsed_s", "mem_usage_gib")} for w in record.get("weights", [])],
+        "cuda_graphs_s": round(sum(g.get("elapsed_s") or 0 for g in record.get("cuda_graphs", [])), 2),
+        "jit_messages": (record.get("jit") or {}).get("count")}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     started = utc_now()
     environment: dict[str, Any] = dict(env_extra)
     environment["client"] = {"tool": TOOL, "python": sys.version.split()[0]}
+    if args.start_record:
+        environment.update(server_start(args.start_record))
     model = "default"
     try:
         info_before: dict[str, Any] | None = server.get_json("/server_info")
