@@ -555,8 +555,8 @@ class SimServer:
         """Simulated weight loading; then the Kimi check (crash) or readiness."""
         # The lines of a start in SGLang 0.5.17's own words (a real one: docs/validation/restart-h200/starts/), so
         # that the role's phase reader (sglang_start_phases.py) reads the simulator's starts as it reads SGLang's:
-        # the weights of the target and then the draft, the KV cache, HTTP up, warm-up. No CUDA graph is captured
-        # here, and the memory figures are made up (the simulator holds no GPU memory).
+        # the weights of the target and then the draft, the KV cache, the CUDA graphs' capture lines (none is captured
+        # here: 0 s), HTTP up, warm-up. The memory figures are made up (the simulator holds no GPU memory).
         began = time.monotonic()
         log.info("Load weight begin. avail mem=94.50 GB (simulated: SGLANG_SIM_LOAD_SECONDS=%s)",
                  self.settings.load_seconds)
@@ -581,6 +581,13 @@ class SimServer:
         log.info("KV Cache is allocated. dtype: torch.bfloat16, #tokens: %d, K size: 10.00 GB, V size: 10.00 GB "
                  "(simulated)", SIM_TOKENS)
         log.info("Memory pool end. avail mem=9.50 GB (simulated)")
+        if not self.args.get("disable_cuda_graph"):  # none is captured: the lines SGLang prints, at no cost
+            spec = self.args.get("speculative_algorithm") in ("EAGLE3", "EAGLE")
+            for graph in (["target verify", "draft decode", "draft extend"] if spec else ["target decode"]):
+                log.info("Capture %s CUDA graph begin. backend=full, bs=[1, 2, 4, 8], avail mem=9.50 GB (simulated)",
+                         graph)
+                log.info("Capture %s CUDA graph end. elapsed=0.00 s, mem usage=0.00 GB, avail mem=9.50 GB. "
+                         "(simulated)", graph)
         if self.settings.fault("never_ready"):
             log.info("[sim] SGLANG_SIM_FAULT=never_ready: staying in the starting state")
             return
