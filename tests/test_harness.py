@@ -387,6 +387,7 @@ def test_a_failed_jobs_digest_names_the_failing_test_through_molecules_prefixes(
            f"  {bar} fatal: [molecule-site]: FAILED! => {{\"msg\": \"Benchmark regression\"}}",
            f"  {bar} =========================== short test summary info ===========================",
            f"  {bar} FAILED ../../tests/molecule/default/test_site.py::test_a_reboot - AssertionError",
+           f"  {bar} FAILED", f"  {bar}   ../../tests/molecule/default/test_site.py::test_wrapped_",
            f"  {bar} =================== 1 failed, 5 passed in 301.20s (0:05:01) ===================",
            "\x1b[31mERROR   \x1b[0m Verifier tests failed", "make: *** [Makefile:81: test] Error 1"]
     digest = run_tests.failure_digest(log)
@@ -394,6 +395,7 @@ def test_a_failed_jobs_digest_names_the_failing_test_through_molecules_prefixes(
                       'fatal: [molecule-site]: FAILED! => {"msg": "Benchmark regression"}',
                       "=========================== short test summary info ===========================",
                       "FAILED ../../tests/molecule/default/test_site.py::test_a_reboot - AssertionError",
+                      "FAILED ../../tests/molecule/default/test_site.py::test_wrapped_",
                       "=================== 1 failed, 5 passed in 301.20s (0:05:01) ===================",
                       "ERROR    Verifier tests failed"]
     assert run_tests.failure_digest(["ok"] * 3) == []

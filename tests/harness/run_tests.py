@@ -180,10 +180,11 @@ def failure_digest(lines: list[str], limit: int = 120) -> list[str]:
     lines (E ...) and summary, Ansible's fatal/failed task results, wherever molecule nested them. CI
     shows only the end of the output, and the end of a molecule run is its destroy step."""
     picked = []
-    for line in lines:
-        bare = PREFIX.sub("", line)
-        bare = re.sub(r"\x1b\[[0-9;]*m", "", bare)
-        if FAILURE.match(bare) and "RETRYING" not in bare:
+    bares = [re.sub(r"\x1b\[[0-9;]*m", "", PREFIX.sub("", line)) for line in lines]
+    for index, bare in enumerate(bares):
+        if bare.strip() in ("FAILED", "ERROR") and index + 1 < len(bares):  # molecule wrapped pytest's summary line
+            picked.append(f"{bare.strip()} {bares[index + 1].strip()}"[:400])
+        elif FAILURE.match(bare) and "RETRYING" not in bare:
             picked.append(bare[:400])
     return picked[:limit] + ([f"... {len(picked) - limit} more"] if len(picked) > limit else [])
 

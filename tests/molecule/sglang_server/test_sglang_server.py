@@ -98,7 +98,9 @@ def test_kill_9_restarts_and_serves_again(host):
 
 
 def test_each_start_is_recorded_once_with_its_phases(host):
-    """The converge recorded the start it waited for (its ready time the wait's), the idempotence converge none;
+    """The converge recorded the start it waited for (its ready time the wait's when the wait saw it come, else the
+    access log's first 200: on a busy machine the simulator's 4 s load can end before the wait begins), the
+    idempotence converge none;
     the start systemd made after kill -9 (no play waited for it) is recorded by the next run's task, here its tool
     as that task runs it, from the log alone; a second run records nothing."""
     starts = "/var/lib/sglang/starts"
@@ -107,7 +109,8 @@ def test_each_start_is_recorded_once_with_its_phases(host):
     converged = [json.loads(host.file(f"{starts}/{n}").content_string) for n in names if n != "last.json"]
     assert len(converged) == 1 and "last.json" in names, names
     first = converged[0]
-    assert first["ready_from"] == "--ready" and first["found"] and not first["errors"], first["summary"]
+    assert first["ready_from"] in ("--ready", "first 200 on /health_generate in the access log"), first["ready_from"]
+    assert first["found"] and not first["errors"], first["summary"]
     assert [w["model"] for w in first["weights"]] == ["target", "draft"] and first["weights"][0]["elapsed_s"] >= 1
     assert 0 < first["marks"]["weights_begin"] < first["marks"]["fired_up"] <= first["ready_s"], first["marks"]
     assert (host.file(f"{starts}/last.json").mode, host.file(f"{starts}/last.json").user) == (0o640, "root")
