@@ -163,7 +163,7 @@ def test_a_distribution_and_version_that_do_not_go_together_fail(tmp_path, bad, 
     """An inventory that pinned sglang-router's 0.3.2 without naming the distribution is told how to move or stay."""
     rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=bad))
     assert rc != 0 and says in out, out[-3000:]
-    assert "set sglang_router_distribution: sglang-router" in out and "changed=0" in out
+    assert "sets sglang_router_distribution: sglang-router" in out and "changed=0" in out
 
 
 def test_sglang_router_stays_selectable(tmp_path):
