@@ -207,6 +207,13 @@ def test_the_unit_runs_the_pinned_gateway_and_its_keys_stay_in_the_environment_f
     assert f'SGLANG_LAUNCH_API_KEY="{KEY}"' in env and f'SGLANG_LAUNCH_CONTROL_PLANE_API_KEY="{CONTROL_KEY}"' in env
 
 
+def test_with_sglang_router_selected_the_unit_runs_it_and_its_parser_takes_the_argv(tmp_path):
+    unit = render_unit(tmp_path, {"sglang_router_distribution": "sglang-router", "sglang_router_version": "0.3.2"})
+    assert "/opt/sglang-router/sglang-router-0.3.2/venv/bin/python /opt/sglang-router/bin/sglang_launch.py " \
+           "--module sglang_router.launch_router -- \\\n" in unit
+    assert parsed(LEGACY, router_argv(unit))["unknown_flags"] == []
+
+
 # Run by the launcher as the router module would be: the pinned release's parser on what the launcher hands it.
 PROBE = r"""
 import argparse, dataclasses, hashlib, json, sys
