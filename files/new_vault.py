@@ -8,11 +8,13 @@ writes inventory/mysite/group_vars/all/vault.yml (mode 0600) holding
     vault_hf_token: the Hugging Face token, asked for without echo (sglang_model_hf_token)
     vault_sglang_api_key: a new random API key, 43 URL-safe characters (sglang_common_api_key:
                           clients send it)
+    vault_sglang_router_control_plane_api_key: another one (sglang_router_control_plane_api_key: the
+                          gateway's control plane, adding and removing workers; only Ansible sends it)
 
 encrypted in this process with ansible-core's own vault code (the project's venv: `make venv`) under a
 vault password asked for twice, or read from --vault-password-file. No secret is ever in argv, a log
 or a plaintext file: the token comes from the prompt or the HF_TOKEN environment variable, and the
-tool prints neither the token nor the key. Read them back with
+tool prints neither the token nor the keys. Read them back with
 `ansible-vault view inventory/mysite/group_vars/all/vault.yml`.
 
 The token is checked before anything is written: a placeholder ("hf_...", "<token>", "changeme") or a
@@ -74,7 +76,7 @@ def yaml_string(value: str) -> str:
     return f'"{value}"'
 
 
-def plaintext(token: str, api_key: str) -> bytes:
+def plaintext(token: str, api_key: str, control_plane_key: str) -> bytes:
     return (
         "---\n"
         "# Written by files/new_vault.py. Edit with: ansible-vault edit <this file>\n"
@@ -82,6 +84,8 @@ def plaintext(token: str, api_key: str) -> bytes:
         f"vault_hf_token: {yaml_string(token)}\n"
         "# The API key clients send (sglang_common_api_key).\n"
         f"vault_sglang_api_key: {yaml_string(api_key)}\n"
+        "# The gateway's control-plane key (sglang_router_control_plane_api_key): adding and removing workers.\n"
+        f"vault_sglang_router_control_plane_api_key: {yaml_string(control_plane_key)}\n"
     ).encode()
 
 
@@ -145,9 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_private(target, encrypt(plaintext(token, secrets.token_urlsafe(32)), password))
+    write_private(target, encrypt(plaintext(token, secrets.token_urlsafe(32), secrets.token_urlsafe(32)), password))
     print(f"Wrote {target} (ansible-vault, mode 0600): vault_hf_token "
-          f"({'set' if token else 'empty: public repositories only'}), vault_sglang_api_key (new, random).")
+          f"({'set' if token else 'empty: public repositories only'}), vault_sglang_api_key and "
+          "vault_sglang_router_control_plane_api_key (new, random).")
     print(f"See them with: ansible-vault view {target}")
     print("Run the playbooks with --ask-vault-pass (or --vault-password-file).")
     return 0

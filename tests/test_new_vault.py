@@ -53,11 +53,13 @@ def test_writes_a_usable_encrypted_vault(site: Path, monkeypatch: pytest.MonkeyP
     assert values["vault_hf_token"] == TOKEN
     key = values["vault_sglang_api_key"]
     assert len(key) >= 40 and key.replace("-", "").replace("_", "").isalnum()
-    assert TOKEN not in output and key not in output
-    assert TOKEN.encode() not in path.read_bytes() and key.encode() not in path.read_bytes()
+    control = values["vault_sglang_router_control_plane_api_key"]  # the gateway's control plane: a key of its own
+    assert len(control) >= 40 and control != key
+    assert TOKEN not in output and key not in output and control not in output
+    assert not any(s.encode() in path.read_bytes() for s in (TOKEN, key, control))
     # The names the example inventory reads.
     inventory = ROOT / "inventory" / "example" / "group_vars"
-    for name in ("vault_hf_token", "vault_sglang_api_key"):
+    for name in ("vault_hf_token", "vault_sglang_api_key", "vault_sglang_router_control_plane_api_key"):
         assert name in "".join(p.read_text() for p in inventory.rglob("*.yml")), name
     # A second run keeps it; --force writes a new key.
     rc, output = run(site, monkeypatch, capsys, TOKEN)

@@ -14,7 +14,7 @@ bind-mount read-only at /srv/sglang-sources and serve on 127.0.0.1:8089
                         packaging, apache-tvm-ffi), the real sgl-kernel 0.3.21
                         wheel, a torch CPU wheel (TEST ONLY: CUDA torch does
                         not fit here), NVIDIA's CCCL headers wheel, the
-                        router hosts' sglang-router with its dependencies,
+                        router hosts' gateways (smg and sglang-router) with their dependencies,
                         the current release set's wheels: sglang 0.5.17
                         (Python 3.11), flashinfer-python 0.6.15.post1, and
                         sglang-kernel 0.4.5 and 0.4.1 (0.5.10's) without
@@ -76,10 +76,14 @@ CCCL_WHEEL = "nvidia-cuda-cccl==13.0.85"
 # TEST ONLY: the reference host gets torch 2.9.1+cu130 from PyTorch's cu130 index.
 TORCH_WHEEL = "torch==2.13.0+cpu"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-# The router hosts' pinned sglang-router and its dependencies (role sglang_router's default).
+# The router hosts' pinned gateway and its dependencies (role sglang_router's default distribution and
+# version), and sglang-router 0.3.2 (what molecule multihost's converge installs first: its verifier
+# migrates it to the default).
 ROUTER_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "sglang_router" / "defaults" / "main.yml"
+ROUTER_DIST = re.search(r"^sglang_router_distribution: (\S+)", ROUTER_DEFAULTS.read_text(), re.M).group(1)
 ROUTER_VERSION = re.search(r'^sglang_router_version: "([^"]+)"', ROUTER_DEFAULTS.read_text(), re.M).group(1)
-ROUTER_WHEEL = f"sglang-router=={ROUTER_VERSION}"
+LEGACY_ROUTER_WHEEL = "sglang-router==0.3.2"
+ROUTER_WHEELS = [f"{ROUTER_DIST}=={ROUTER_VERSION}", LEGACY_ROUTER_WHEEL]
 # TEST ONLY: what `import sglang.srt.server_args` needs besides torch, per test release. The server
 # role's pre-start check imports it with the release's Python; the test releases are installed with
 # --no-deps and hold none of it. The smallest set that imports (found by importing it in a venv with
@@ -132,7 +136,7 @@ def log(msg: str) -> None:
 
 def recipe() -> dict:
     return {"sglang": SGLANG_VERSIONS, "flashinfer": FLASHINFER_VERSION, "sgl_kernel": SGL_KERNEL_WHEEL,
-            "torch": TORCH_WHEEL, "cccl": CCCL_WHEEL, "router": ROUTER_WHEEL, "build": BUILD_REQUIREMENTS,
+            "torch": TORCH_WHEEL, "cccl": CCCL_WHEEL, "router": ROUTER_WHEELS, "build": BUILD_REQUIREMENTS,
             "not_in_git": NOT_IN_GIT, "current": [CURRENT_SGLANG, CURRENT_FLASHINFER_WHEEL, STRIPPED_KERNELS],
             "server_args": SERVER_ARGS_CLOSURE, "torchvision_double": TORCHVISION_DOUBLE, "layout": 4}
 
@@ -191,7 +195,7 @@ def sdist(name: str, version: str) -> Path:
 
 
 def wheels() -> Path:
-    """Build requirements, sgl-kernel, torch and sglang-router wheels for the test hosts' Python 3.11."""
+    """Build requirements, sgl-kernel, torch and the router hosts' wheels for the test hosts' Python 3.11."""
     stamp = WHEELS / f".complete-{recipe_hash()}"
     if stamp.exists():
         return WHEELS
@@ -206,7 +210,8 @@ def wheels() -> Path:
     else:  # a closed network with the CPU wheel on a local index or --find-links (pip's configuration)
         log(f"{TORCH_INDEX} unreachable ({why}): {TORCH_WHEEL} from pip's configured indexes only")
         pip(*common, "--no-deps", TORCH_WHEEL)
-    pip(*common, ROUTER_WHEEL)
+    for router in ROUTER_WHEELS:  # one call each: they need not resolve together
+        pip(*common, router)
     pip(*common, "--no-deps", CURRENT_FLASHINFER_WHEEL)
     shutil.copy2(sglang_sources.wheel(CURRENT_SGLANG, "3.11"), WHEELS)
     for name, version in STRIPPED_KERNELS:

@@ -8,7 +8,9 @@ so journald would keep it. This launcher:
 
 * reads the key from the environment (``SGLANG_LAUNCH_API_KEY``, set by the unit's
   0600 EnvironmentFile) and appends ``--api-key`` to ``sys.argv`` inside the Python
-  process, which /proc/PID/cmdline does not show;
+  process, which /proc/PID/cmdline does not show; the same for a gateway's control-plane
+  key (``SGLANG_LAUNCH_CONTROL_PLANE_API_KEY``: smg and sglang-router take it only as
+  ``--control-plane-api-keys id:name:role:key``; it becomes their one admin key);
 * runs the server in a child whose stdout and stderr (inherited by every worker
   process) go through a pipe; the parent copies the stream to its own stdout with
   every secret value (the key and ``HF_TOKEN``) replaced by ``***``;
@@ -30,6 +32,11 @@ import sys
 import threading
 
 SECRET_ENV = ("SGLANG_LAUNCH_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+CONTROL_PLANE_ENV = "SGLANG_LAUNCH_CONTROL_PLANE_API_KEY"
+# id:name:role of the control-plane key (the gateway's audit log names the id, never the key).
+CONTROL_PLANE_ENTRY = "ansible:sglang-ansible:admin:"
+# Flags that carry a secret: only ever from the environment.
+SECRET_FLAGS = {"--api-key": "SGLANG_LAUNCH_API_KEY", "--control-plane-api-keys": CONTROL_PLANE_ENV}
 MASK = b"***"
 PR_SET_PDEATHSIG = 1
 
@@ -86,14 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     target.add_argument("--script", help="script to run as __main__")
     args = ap.parse_args(own)
     for arg in server_args:
-        if arg == "--api-key" or arg.startswith("--api-key="):
-            ap.error("--api-key must come from SGLANG_LAUNCH_API_KEY, not the command line")
+        for flag, env in SECRET_FLAGS.items():
+            if arg == flag or arg.startswith(flag + "="):
+                ap.error(f"{flag} must come from {env}, not the command line")
 
     api_key = os.environ.pop("SGLANG_LAUNCH_API_KEY", "")
-    secrets = sorted({s.encode() for s in [api_key] + [os.environ.get(k, "") for k in SECRET_ENV[1:]] if s},
-                     key=len, reverse=True)
+    control_plane_key = os.environ.pop(CONTROL_PLANE_ENV, "")
+    secrets = sorted({s.encode() for s in [api_key, control_plane_key] + [os.environ.get(k, "") for k in SECRET_ENV[1:]]
+                      if s}, key=len, reverse=True)
     if api_key:
         server_args = server_args + ["--api-key", api_key]
+    if control_plane_key:
+        server_args = server_args + ["--control-plane-api-keys", CONTROL_PLANE_ENTRY + control_plane_key]
 
     read_fd, write_fd = os.pipe()
     child = os.fork()

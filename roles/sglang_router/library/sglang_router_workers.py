@@ -1,16 +1,18 @@
 #!/usr/bin/python
-"""Ansible module: register or remove workers in a running sglang-router (0.3.x worker API)."""
+"""Ansible module: register or remove workers in a running gateway (smg 1.13 or sglang-router 0.3.2, one worker API)."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: sglang_router_workers
-short_description: Register or remove SGLang workers in a running sglang-router
+short_description: Register or remove SGLang workers in a running gateway (smg or sglang-router)
 description:
-  - Talks to the router's worker API (sglang-router 0.3.x) C(GET /workers), C(POST /workers)
-    and C(DELETE /workers/{id}); the router applies both asynchronously (202), so the module
-    polls C(GET /workers) until the change is visible, or fails after I(timeout) seconds.
+  - Talks to the gateway's worker API (smg 1.13 and sglang-router 0.3.2 alike) C(GET /workers),
+    C(POST /workers) and C(DELETE /workers/{id}); the gateway applies both asynchronously (202), so the
+    module polls C(GET /workers) until the change is visible, or fails after I(timeout) seconds.
+  - Every call is a control-plane call: with control-plane keys configured the gateway takes only those
+    (an admin key) and refuses the clients' key (401).
   - Removing a worker stops new requests to it; requests already streaming from it finish.
   - Runs on the router host (or any host that reaches the router).
 options:
@@ -19,7 +21,14 @@ options:
     type: str
     required: true
   api_key:
-    description: The router's API key (sent as a bearer token); empty for none.
+    description: The gateway's control-plane key (sent as a bearer token); empty for none.
+    type: str
+    default: ""
+    no_log: true
+  worker_api_key:
+    description:
+      - The key the workers expect, registered with each worker the module adds (the gateway sends it to
+        that worker); empty for none. Neither release gives a worker added through the API its own --api-key.
     type: str
     default: ""
     no_log: true
@@ -48,7 +57,7 @@ EXAMPLES = r"""
 - name: Take this host out of the router
   sglang_router_workers:
     router_url: http://127.0.0.1:30080
-    api_key: "{{ vault_sglang_api_key }}"
+    api_key: "{{ sglang_router_control_plane_api_key }}"
     workers: [http://gpu1:30000]
     state: absent
 """
@@ -120,6 +129,7 @@ def wait_for(router: Router, done, timeout: float, what: str) -> dict[str, dict]
 def run(module: AnsibleModule) -> dict:
     p = module.params
     router = Router(p["router_url"], p["api_key"])
+    spec = {"api_key": p["worker_api_key"]} if p["worker_api_key"] else {}
     wanted = [u.rstrip("/") for u in p["workers"]]
     current = router.workers()
     if p["state"] == "absent":
@@ -133,7 +143,7 @@ def run(module: AnsibleModule) -> dict:
     todo = [u for u in wanted if u not in current]
     if not module.check_mode:
         for url in todo:
-            router.call("POST", "/workers", {"url": url})
+            router.call("POST", "/workers", {"url": url, **spec})
         if todo:
             current = wait_for(router, lambda cur: all(u in cur for u in todo), p["timeout"],
                                "registration of " + ", ".join(todo))
@@ -152,6 +162,7 @@ def main() -> None:
         argument_spec={
             "router_url": {"type": "str", "required": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
+            "worker_api_key": {"type": "str", "default": "", "no_log": True},
             "workers": {"type": "list", "elements": "str", "required": True},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "wait_healthy": {"type": "bool", "default": False},
@@ -162,7 +173,10 @@ def main() -> None:
     try:
         module.exit_json(**run(module))
     except RouterError as exc:
-        module.fail_json(msg=f"sglang-router at {module.params['router_url']}: {exc}")
+        hint = (" (the gateway refused the control-plane key: sglang_router_control_plane_api_key must be the one the"
+                " gateway was started with; a gateway not yet converged by playbooks/router.yml has none)"
+                if " HTTP 401 " in f" {exc} " or " HTTP 403 " in f" {exc} " else "")
+        module.fail_json(msg=f"gateway at {module.params['router_url']}: {exc}{hint}")
 
 
 if __name__ == "__main__":

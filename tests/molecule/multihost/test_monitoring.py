@@ -140,6 +140,19 @@ def test_every_target_is_up(host):
     assert {"SGLangServerDown", "SGLangBenchRegression", "SGLangAcceptLengthLow"} <= rules
 
 
+def test_the_gateway_exposes_the_worker_metrics_the_alerts_read(host):
+    """The router alerts' inputs as Prometheus scrapes them from the real gateway (smg 1.13.0 since the migration):
+    one smg_worker_health (1) and one smg_worker_cb_state (0, closed) per GPU host, labelled by worker URL."""
+    urls = {f"http://{g}:30000" for g in GPUS}
+
+    def series(name):
+        got = {r["metric"].get("worker"): r["value"][1] for r in api("query", query=f'{name}{{job="sglang_router"}}')["result"]}
+        return got if set(got) == urls else None
+
+    assert set(wait_for(lambda: series("smg_worker_health"), 60, what="smg_worker_health per worker").values()) == {"1"}
+    assert set(wait_for(lambda: series("smg_worker_cb_state"), 60, what="smg_worker_cb_state per worker").values()) == {"0"}
+
+
 def test_a_bench_result_20_percent_below_the_baseline_fires_the_regression_alert(host):
     """The bench role's result file on a GPU host -> the path unit -> textfile -> Prometheus -> the alert."""
     gpu = testinfra.get_host(f"podman://{GPUS[0]}")

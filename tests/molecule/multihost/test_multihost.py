@@ -1,4 +1,5 @@
-"""Verifier of molecule/multihost: two GPU hosts behind the real sglang-router, seen from outside.
+"""Verifier of molecule/multihost: two GPU hosts behind the real gateway (smg, since test_gateway_migration.py
+moved the converge's sglang-router to it), seen from outside.
 
 The traffic comes from this machine (the controller) to the router container's address on
 the scenario's podman network, as clients would reach a router. Figures are printed and
@@ -26,6 +27,8 @@ GPUS = ["multihost-gpu1", "multihost-gpu2"]
 testinfra_hosts = [f"podman://{ROUTER}"]  # cluster tests: run once, not once per host
 ROOT = Path(__file__).resolve().parents[3]
 KEY = "test-only-multihost-key-5e2b91"
+CONTROL = "test-only-multihost-control-plane-7f3e0d"  # the gateway's control-plane key (secrets.yml)
+SERVICE = "smg"
 ROUTER_PORT = 30080
 SERVER_PORT = 30000
 FIGURES = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "multihost-figures.json"
@@ -50,7 +53,7 @@ def router_url():
 
 
 def workers():
-    return json.loads(call(router_url() + "/workers")[1])["workers"]
+    return json.loads(call(router_url() + "/workers", key=CONTROL)[1])["workers"]
 
 
 def generate(base, stream=False, tokens=16, timeout=60):
@@ -143,16 +146,19 @@ def wait_all_healthy(timeout=90):
 
 
 def test_router_service_hardened_and_secret_kept_out_of_argv_and_journal(host):
-    assert host.service("sglang-router").is_running and host.service("sglang-router").is_enabled
-    env = host.file("/etc/sglang/sglang-router.env")
+    assert host.service(SERVICE).is_running and host.service(SERVICE).is_enabled
+    env = host.file(f"/etc/sglang/{SERVICE}.env")
     assert env.mode == 0o600 and env.user == "root"
-    unit = host.file("/etc/systemd/system/sglang-router.service").content_string
-    assert KEY not in unit and "--api-key" not in unit
-    assert "/opt/sglang-router/0.3.2/venv/bin/python" in unit
-    pid = host.check_output("systemctl show -p MainPID --value sglang-router")
+    assert CONTROL in host.check_output(f"cat /etc/sglang/{SERVICE}.env")
+    unit = host.file(f"/etc/systemd/system/{SERVICE}.service").content_string
+    assert KEY not in unit and CONTROL not in unit and "--api-key" not in unit and "control-plane" not in unit
+    assert "/opt/sglang-router/smg-1.13.0/venv/bin/python" in unit and "--module smg.launch_router" in unit
+    pid = host.check_output(f"systemctl show -p MainPID --value {SERVICE}")
     cmdlines = host.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '").stdout
-    assert "sglang_router.launch_router" in cmdlines and KEY not in cmdlines
-    assert KEY not in host.run("journalctl -u sglang-router --no-pager").stdout
+    assert "smg.launch_router" in cmdlines and KEY not in cmdlines and CONTROL not in cmdlines
+    journal = host.run(f"journalctl -u {SERVICE} --no-pager").stdout
+    assert "Control plane API key authentication enabled (1 keys)" in journal
+    assert KEY not in journal and CONTROL not in journal
     assert host.check_output(f"ps -o user= -p {pid}") == "sglang-router"
 
 
@@ -163,7 +169,7 @@ def test_router_play_again_and_in_check_mode_changes_nothing(host):
         assert proc.returncode == 0, out[-4000:]
         recap = out.split("PLAY RECAP")[-1]
         assert f"{ROUTER}" in recap and "changed=0" in recap and "failed=0" in recap, recap
-        assert KEY not in out
+        assert KEY not in out and CONTROL not in out
         print(f"router play {' '.join(extra) or '(second run)'}: changed=0 in {wall:.1f} s")
 
 
@@ -175,6 +181,29 @@ def test_router_lists_both_gpu_hosts_and_requires_the_key(host):
         raise AssertionError("the router served a request without the API key")
     except urllib.error.HTTPError as exc:
         assert exc.code == 401
+
+
+def control_plane_status(method, path, key, body=None):
+    try:
+        return call(router_url() + path, body, key=key, method=method)[0]
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_gateway_control_plane_refuses_workers_changes_without_its_own_key(host):
+    """Issue 43 item 5 against the real gateway: adding or removing a worker without a key, or with the clients'
+    key, is refused (401) and changes nothing; the control-plane key alone lists them."""
+    wait_all_healthy()
+    before = sorted((w["id"], w["url"]) for w in workers())
+    first = before[0][0]
+    extra = {"url": f"http://{address(GPUS[0])}:{SERVER_PORT}"}  # the same server under another name: a new worker
+    for key in (None, KEY):
+        assert control_plane_status("POST", "/workers", key, extra) == 401
+        assert control_plane_status("DELETE", f"/workers/{first}", key) == 401
+        assert control_plane_status("GET", "/workers", key) == 401
+    time.sleep(3)  # the gateway applies worker jobs asynchronously: one that was queued would show by now
+    assert sorted((w["id"], w["url"]) for w in workers()) == before
+    assert all(w["is_healthy"] for w in workers())
 
 
 def test_bad_settings_fail_before_any_host_leaves_the_router(host):
@@ -312,7 +341,7 @@ def test_router_overhead_per_request(host):
 
 
 def test_every_service_starts_at_boot(host):
-    assert starts_at_boot(host, "sglang-router")
+    assert starts_at_boot(host, SERVICE)
     for name in GPUS:
         assert starts_at_boot(gpu(name), "sglang-server"), name
 

@@ -230,13 +230,22 @@ def test_thresholds_come_from_the_variables() -> None:
     assert rules["SGLangServerDown"]["for"] == "30s"
 
 
-def test_router_metric_names_are_the_pinned_routers_own(rules) -> None:
-    """Every smg_* metric the rules read is one the pinned sglang-router registers (its Rust source, from the
-    PyPI sdist): a renamed or misspelt metric would leave its alert silent forever."""
+# Where each gateway the router role runs registers its metrics, in its PyPI sdist: the default (smg, its
+# pinned version) and sglang-router 0.3.2 (still selectable: sglang_router_distribution).
+METRICS_SOURCES = {"smg": "smg-{version}/model_gateway/src/observability/metrics.rs",
+                   "sglang-router": "sglang_router-{version}/src/observability/metrics.rs"}
+
+
+@pytest.mark.parametrize("dist", sorted(METRICS_SOURCES))
+def test_router_metric_names_are_the_gateways_own(rules, dist) -> None:
+    """Every smg_* metric the rules read is one the gateway registers (its Rust source, from the PyPI sdist): a
+    renamed or misspelt metric would leave its alert silent forever."""
     path, _ = rules
-    version = yaml.safe_load((ROLES / "sglang_router" / "defaults" / "main.yml").read_text())["sglang_router_version"]
-    with tarfile.open(sources.sdist("sglang-router", version)) as tar:
-        member = tar.extractfile(f"sglang_router-{version}/src/observability/metrics.rs")
+    defaults = yaml.safe_load((ROLES / "sglang_router" / "defaults" / "main.yml").read_text())
+    assert defaults["sglang_router_distribution"] == "smg"
+    version = defaults["sglang_router_version"] if dist == "smg" else "0.3.2"
+    with tarfile.open(sources.sdist(dist, version)) as tar:
+        member = tar.extractfile(METRICS_SOURCES[dist].format(version=version))
         registered = set(re.findall(r'"(smg_\w+)"', member.read().decode()))
     used = set(re.findall(r"\b(smg_\w+)", path.read_text()))
     assert {"smg_worker_health", "smg_worker_cb_state", "smg_router_requests_total"} <= used

@@ -13,6 +13,7 @@ import yaml
 from repo import ROOT
 
 KEY = "test-only-inventory-key"
+CONTROL = "test-only-inventory-control-plane-key"
 
 
 def run_router_validation(tmp_path, inventory):
@@ -34,7 +35,8 @@ def inventory(gpu_hosts, router_vars=None, children=None, router_name="router1")
     groups = {"gpu_hosts": {"hosts": gpu_hosts},
               "sglang_routers": {"hosts": {router_name: local(**(router_vars or {}))}}}
     groups.update(children or {})
-    return {"all": {"vars": {"sglang_common_api_key": KEY}, "children": groups}}
+    return {"all": {"vars": {"sglang_common_api_key": KEY, "sglang_router_control_plane_api_key": CONTROL},
+                    "children": groups}}
 
 
 GOOD = {"gpu1": local(ansible_host="10.0.0.11"), "gpu2": local(ansible_host="10.0.0.12")}
@@ -88,7 +90,8 @@ def test_the_api_key_under_its_old_name_fails_naming_the_new_one(tmp_path):
     assert KEY not in out and "changed=0" in out
 
 
-@pytest.mark.parametrize("bad", [{"sglang_router_policy": "fastest"}, {"sglang_router_port": "http"}])
+@pytest.mark.parametrize("bad", [{"sglang_router_policy": "fastest"}, {"sglang_router_port": "http"},
+                                 {"sglang_router_distribution": "sgl-router"}])
 def test_bad_variables_fail_in_the_argument_spec(tmp_path, bad):
     rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=bad))
     assert rc != 0 and next(iter(bad)) in out, out[-3000:]
@@ -148,3 +151,42 @@ def test_a_shorter_grace_with_a_shorter_stop_timeout_passes(tmp_path):
 def test_a_drain_settle_that_is_no_number_fails_in_the_argument_spec(tmp_path):
     rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars={"sglang_router_drain_settle": "soon"}))
     assert rc != 0 and "sglang_router_drain_settle" in out, out[-3000:]
+
+
+@pytest.mark.parametrize(("bad", "says"), [
+    ({"sglang_router_version": "0.3.2"}, "sglang_router_distribution is smg and sglang_router_version 0.3.2"),
+    ({"sglang_router_version": "1.12.0"}, "sglang_router_distribution is smg and sglang_router_version 1.12.0"),
+    ({"sglang_router_distribution": "sglang-router"},
+     "sglang_router_distribution is sglang-router and sglang_router_version 1.13.0"),
+])
+def test_a_distribution_and_version_that_do_not_go_together_fail(tmp_path, bad, says):
+    """An inventory that pinned sglang-router's 0.3.2 without naming the distribution is told how to move or stay."""
+    rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=bad))
+    assert rc != 0 and says in out, out[-3000:]
+    assert "sets sglang_router_distribution: sglang-router" in out and "changed=0" in out
+
+
+def test_sglang_router_stays_selectable(tmp_path):
+    good = {"sglang_router_distribution": "sglang-router", "sglang_router_version": "0.3.2"}
+    rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=good))
+    assert rc == 0, out[-3000:]
+
+
+@pytest.mark.parametrize(("control", "says"), [
+    ("", "sglang_router_control_plane_api_key (empty) must be at least 16 characters"),
+    ("short-key", "sglang_router_control_plane_api_key (9 characters, not shown) must be at least 16"),
+    (KEY, "and another value than that key"),
+    ("a control plane key with spaces", "without spaces or quotes"),
+])
+def test_a_missing_short_or_shared_control_plane_key_fails_without_showing_it(tmp_path, control, says):
+    inv = inventory(GOOD)
+    inv["all"]["vars"]["sglang_router_control_plane_api_key"] = control
+    rc, out = run_router_validation(tmp_path, inv)
+    assert rc != 0 and says in out, out[-3000:]
+    assert "changed=0" in out and (not control or control not in out) and KEY not in out
+
+
+def test_a_control_plane_key_in_the_free_arguments_fails(tmp_path):
+    bad = {"sglang_router_extra_args": ["--control-plane-api-keys", "x:y:admin:zzzzzzzzzzzzzzzzzz"]}
+    rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=bad))
+    assert rc != 0 and "sglang_router_extra_args must not carry" in out, out[-3000:]

@@ -56,7 +56,8 @@ def test_key_mismatches_compare_hashes_and_name_hosts_never_keys():
 INVENTORY = {
     "all": {
         "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                 "sglang_common_api_key": "k", "sglang_server_host": "0.0.0.0"},
+                 "sglang_common_api_key": "k", "sglang_router_control_plane_api_key": "test-only-control-plane-k",
+                 "sglang_server_host": "0.0.0.0"},
         "children": {
             "gpu_hosts": {"hosts": {
                 "gpu1": {"ansible_host": "10.0.0.11"},

@@ -1,5 +1,6 @@
-"""Module sglang_router_workers against the real sglang-router, started here through the
-project's secret-masking launcher, in front of two labelled SGLang simulators."""
+"""Module sglang_router_workers against the real gateway the role pins (smg, its PyPI wheel with its
+dependencies in a venv), started here as its unit starts it (the project's secret-masking launcher, the
+clients' key and a control-plane key of its own), in front of two labelled SGLang simulators."""
 
 import json
 import os
@@ -12,12 +13,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
+import router_cli
 from repo import ROOT
 from simtruth import sim_command, sim_path_env
 
-KEY = "test-only-router-module-key-41d7"
-pytest.importorskip("sglang_router", reason="sglang-router is in requirements.txt (make venv)")
+KEY = "test-only-router-module-key-41d7"  # the clients' (and the servers') key
+CONTROL = "test-only-router-module-control-plane-key-9c3a"  # the gateway's control-plane key
+DEFAULTS = yaml.safe_load((ROOT / "roles/sglang_router/defaults/main.yml").read_text())
+PINNED = (DEFAULTS["sglang_router_distribution"], DEFAULTS["sglang_router_version"])
 
 
 def free_port():
@@ -38,9 +43,9 @@ def wait_http(url, timeout=30):
     raise AssertionError(f"{url} did not answer in {timeout} s")
 
 
-def request(url, body=None, method=None):
+def request(url, body=None, method=None, key=KEY):
     req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
-                                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+                                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read())
 
@@ -63,19 +68,21 @@ def cluster(tmp_path_factory):
             wait_http(url + "/health")
         port = free_port()
         router_log = logs / "router.log"
+        python = router_cli.venv(*PINNED) / "bin" / "python"
         router = subprocess.Popen(
-            [sys.executable, str(ROOT / "roles" / "sglang_common" / "files" / "sglang_launch.py"),
-             "--module", "sglang_router.launch_router", "--",
+            [str(python), str(ROOT / "roles" / "sglang_common" / "files" / "sglang_launch.py"),
+             "--module", "smg.launch_router", "--",
              "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
              "--prometheus-port", str(free_port()), "--health-check-interval-secs", "1",
              "--worker-startup-timeout-secs", "5", "--worker-urls", *workers],
-            env=dict(os.environ, SGLANG_LAUNCH_API_KEY=KEY, HF_HUB_OFFLINE="1"),
+            env=dict(os.environ, SGLANG_LAUNCH_API_KEY=KEY, SGLANG_LAUNCH_CONTROL_PLANE_API_KEY=CONTROL,
+                     HF_HUB_OFFLINE="1"),
             stdout=open(router_log, "wb"), stderr=subprocess.STDOUT)
         procs.append(router)
         base = f"http://127.0.0.1:{port}"
         wait_http(base + "/liveness")
         deadline = time.monotonic() + 30
-        while len(request(base + "/workers")["workers"]) < 2 and time.monotonic() < deadline:
+        while len(request(base + "/workers", key=CONTROL)["workers"]) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         yield {"router": base, "workers": workers, "pid": router.pid, "log": router_log}
     finally:
@@ -88,8 +95,8 @@ def cluster(tmp_path_factory):
                 p.kill()
 
 
-def module(router, workers, check=False, key=KEY, **params):
-    args = {"router_url": router, "api_key": key, "workers": workers, **params}
+def module(router, workers, check=False, key=CONTROL, **params):
+    args = {"router_url": router, "api_key": key, "worker_api_key": KEY, "workers": workers, **params}
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
     cmd = ["ansible", "localhost", "-c", "local", "-M", str(ROOT / "roles" / "sglang_router" / "library"),
@@ -102,7 +109,7 @@ def module(router, workers, check=False, key=KEY, **params):
 
 
 def registered(cluster):
-    return sorted(w["url"] for w in request(cluster["router"] + "/workers")["workers"])
+    return sorted(w["url"] for w in request(cluster["router"] + "/workers", key=CONTROL)["workers"])
 
 
 def test_removal_stops_new_requests_but_lets_streams_finish_and_is_idempotent(cluster):
@@ -149,7 +156,37 @@ def test_check_mode_reports_without_registering_then_present_waits_for_health(cl
 def test_wrong_key_fails_clearly_and_no_key_is_shown(cluster):
     result, out = module(cluster["router"], cluster["workers"], key="not-the-key")
     assert result.get("failed") and "HTTP 401" in result["msg"], out
-    assert "not-the-key" not in out and KEY not in out
+    assert "sglang_router_control_plane_api_key must be the one" in result["msg"]
+    assert "not-the-key" not in out and KEY not in out and CONTROL not in out
+
+
+@pytest.mark.parametrize("key", ["", KEY], ids=["no key", "the clients' key"])
+@pytest.mark.parametrize("state", ["absent", "present"])
+def test_without_the_control_plane_key_no_worker_is_added_or_removed(cluster, key, state):
+    """The gateway's control plane takes its own key only: the module with the clients' key, or none, is refused
+    (401) and the gateway's workers stay as they were, whichever change it asked for."""
+    one, two = cluster["workers"]
+    module(cluster["router"], cluster["workers"], wait_healthy=True)
+    if state == "present":
+        module(cluster["router"], [two], state="absent")
+    before = registered(cluster)
+    result, out = module(cluster["router"], [two], key=key, state=state)
+    assert result.get("failed") and "HTTP 401" in result["msg"], out
+    assert registered(cluster) == before
+    module(cluster["router"], cluster["workers"], wait_healthy=True)
+
+
+def test_a_worker_added_through_the_api_gets_the_servers_key(cluster):
+    """Neither release gives a worker added through its API the gateway's own --api-key (smg warns "Adding worker
+    ... without API key"): the module registers the servers' key with it, so the gateway's own calls to the
+    worker carry it, not only the clients' requests it forwards."""
+    one, two = cluster["workers"]
+    module(cluster["router"], [two], state="absent")
+    mark = len(cluster["log"].read_bytes())
+    result, out = module(cluster["router"], cluster["workers"], wait_healthy=True, timeout=30)
+    assert result["added"] == [two], out
+    log = cluster["log"].read_bytes()[mark:].decode(errors="replace")
+    assert "worker_registration" in log and "without API key" not in log, log[-3000:]
 
 
 def test_a_worker_that_never_comes_up_times_out_naming_it(cluster):
@@ -158,10 +195,16 @@ def test_a_worker_that_never_comes_up_times_out_naming_it(cluster):
     assert result.get("failed") and "timed out after 3 s" in result["msg"] and dead in result["msg"], out
 
 
-def test_the_launcher_keeps_the_key_out_of_argv_and_the_log(cluster):
-    cmdline = Path(f"/proc/{cluster['pid']}/cmdline").read_bytes()
-    assert b"sglang_router.launch_router" in cmdline and KEY.encode() not in cmdline
-    assert KEY not in cluster["log"].read_text(errors="replace")
+def test_the_launcher_keeps_the_keys_out_of_argv_and_the_log(cluster):
+    pid = cluster["pid"]
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    assert children, "the launcher runs the gateway in a child"
+    cmdlines = b"\n".join(Path(f"/proc/{p}/cmdline").read_bytes() for p in [pid, *children])
+    assert b"smg.launch_router" in cmdlines
+    assert KEY.encode() not in cmdlines and CONTROL.encode() not in cmdlines
+    log = cluster["log"].read_text(errors="replace")
+    assert "Control plane API key authentication enabled (1 keys)" in log
+    assert KEY not in log and CONTROL not in log
     assert request(cluster["router"] + "/readiness")["status"] == "ready"
 
 
@@ -175,7 +218,7 @@ def leave_or_join(cluster, tmp_path, entry, with_router=True, **variables):
     if with_router:
         groups["sglang_routers"] = {"hosts": {"rt": {}}}
     inventory = {"all": {"hosts": {"gpu": local, "rt": local}, "children": groups, "vars": {
-        "sglang_server_port": server_port, "sglang_common_api_key": KEY,
+        "sglang_server_port": server_port, "sglang_common_api_key": KEY, "sglang_router_control_plane_api_key": CONTROL,
         "sglang_router_host": "127.0.0.1", "sglang_router_port": router_port,
         "sglang_server_advertise_address": "127.0.0.1", "sglang_router_drain_timeout": 30, **variables}}}
     (tmp_path / "hosts.json").write_text(json.dumps(inventory))
@@ -211,12 +254,12 @@ def test_leave_takes_the_host_out_and_waits_for_its_requests_then_join_puts_it_b
     assert registered(cluster) == [one]
     assert done.get("tokens") == 150 and done["at"] <= ended, "leave returned before the host had drained"
     assert "gpu drained in " in out and "zero for the last 5 s (sglang_router_drain_settle: 5 s)" in out, out[-3000:]
-    assert KEY not in out
+    assert KEY not in out and CONTROL not in out
     t.join()
     proc, _ = leave_or_join(cluster, tmp_path, "join")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert registered(cluster) == sorted([one, two])
-    assert all(w["is_healthy"] for w in request(cluster["router"] + "/workers")["workers"])
+    assert all(w["is_healthy"] for w in request(cluster["router"] + "/workers", key=CONTROL)["workers"])
 
 
 def test_a_drain_that_times_out_says_what_was_in_flight_and_restarts_nothing(cluster, tmp_path):

@@ -1,0 +1,142 @@
+"""Verifier of molecule/multihost: the converge's sglang-router 0.3.2 moved to smg, the role's default, by one
+run of playbooks/router.yml under continuous traffic (issue 43, item 1).
+
+Its name puts it first among the scenario's verifiers: every later one runs on smg. The traffic is the rolling
+upgrades' (four clients, short requests, half of them streamed) plus streams of 1200 tokens (about 10 s each on
+the simulator), always one in flight, so that streams are on the old gateway when it is told to stop.
+
+What the move can and cannot promise on one gateway host (tasks/handover.yml says why): neither release can
+share its port, so between the old gateway's stop and the new one's start the port refuses connections, and
+smg answers 404 until it has registered its workers (it listens first). Those requests never reached a server;
+they are counted (and connections reset before any answer: queued on the old listener when it closed) and
+must all fall in one short window. Every request the old gateway accepted finishes on it:
+no stream is cut, every long stream's tokens are complete.
+"""
+
+import http.client
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from test_multihost import GPUS, KEY, ROUTER, Traffic, gpu, playbook, record, router_url, wait_all_healthy
+
+testinfra_hosts = [f"podman://{ROUTER}"]  # cluster tests: run once, not once per host
+LONG_TOKENS = 1200
+WINDOW_S = 15  # the longest the port may refuse or the new gateway answer without workers
+
+
+def exchange(tokens, stream):
+    """One /generate through the gateway: 'ok', or why not: 'refused' (nothing listens), 'reset' (the connection
+    closed before any answer: queued on a listener that closed), 'HTTP <code>', 'cut' (an answer that broke off),
+    'incomplete' (fewer tokens)."""
+    body = {"text": "Gateways move without dropping requests.", "stream": stream,
+            "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
+    req = urllib.request.Request(router_url() + "/generate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    try:
+        resp = urllib.request.urlopen(req, timeout=120)
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except urllib.error.URLError as exc:
+        return "refused" if isinstance(exc.reason, ConnectionRefusedError) else "reset"
+    except (http.client.HTTPException, OSError):
+        return "reset"
+    try:
+        with resp:
+            raw = resp.read()
+    except (http.client.HTTPException, OSError):
+        return "cut"
+    if not stream:
+        return "ok" if json.loads(raw)["meta_info"]["completion_tokens"] == tokens else "incomplete"
+    events = [line[5:].strip() for line in raw.decode().splitlines() if line.startswith("data:")]
+    done = events and events[-1] == "[DONE]" and json.loads(events[-2])["meta_info"]["completion_tokens"] == tokens
+    return "ok" if done else "cut"
+
+
+class MigrationTraffic(Traffic):
+    """The rolling upgrades' clients, each outcome kept with its times, and the long streams."""
+
+    def __init__(self):
+        super().__init__(router_url())
+        self.outcomes = []  # (started, ended, kind, outcome)
+        self.threads = [threading.Thread(target=self.client, args=(i,), daemon=True) for i in range(self.clients)]
+        self.threads += [threading.Thread(target=self.long_streams, args=(d,), daemon=True) for d in (0, 5)]
+
+    def note(self, started, kind, outcome):
+        with self.lock:
+            self.outcomes.append((started, time.monotonic(), kind, outcome))
+
+    def client(self, i):
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            started = time.monotonic()
+            outcome = exchange(24, stream=(i + n) % 2 == 0)
+            self.note(started, "short", outcome)
+            if outcome != "ok":
+                time.sleep(0.05)  # a refused port answers at once: do not spin
+
+    def long_streams(self, delay):
+        self.stop.wait(delay)  # two of them, staggered: one is always in flight
+        while not self.stop.is_set():
+            started = time.monotonic()
+            outcome = exchange(LONG_TOKENS, stream=True)
+            self.note(started, "long", outcome)
+            if outcome != "ok":
+                time.sleep(0.05)
+
+
+def test_sglang_router_moves_to_smg_in_one_run_under_traffic(host):
+    assert host.service("sglang-router").is_running and not host.file("/etc/systemd/system/smg.service").exists
+    wait_all_healthy()
+    with MigrationTraffic() as traffic:
+        time.sleep(5)
+        proc, wall = playbook("router.yml")
+        time.sleep(15)  # requests on the new gateway, and the last long streams of the old one finish
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert "Stop the other gateway without waiting for the requests it carries" in out, out[-5000:]
+    assert KEY not in out
+
+    # One run: the old gateway's unit, environment file (it held the key) and venv are gone; smg serves.
+    assert host.service("smg").is_running and host.service("smg").is_enabled
+    assert not host.file("/etc/systemd/system/sglang-router.service").exists
+    assert not host.file("/etc/sglang/sglang-router.env").exists
+    assert host.run("systemctl list-unit-files sglang-router.service --no-legend").stdout.strip() == ""
+    assert host.check_output("ls /opt/sglang-router").split() == ["bin", "smg-1.13.0"]
+    wait_all_healthy()
+
+    outcomes = traffic.outcomes
+    failed = [o for o in outcomes if o[3] != "ok"]
+    longs = [o for o in outcomes if o[2] == "long"]
+    # Nothing the gateways accepted failed: no cut stream, no incomplete answer, no server error.
+    accepted_failures = [o for o in failed if o[3] not in ("refused", "reset", "HTTP 404")]
+    assert accepted_failures == [], accepted_failures[:10]
+    # The requests that never reached a server fall in one short window (the port's handover).
+    if failed:
+        window = max(o[1] for o in failed) - min(o[0] for o in failed)
+        assert window < WINDOW_S, (window, failed[:10])
+    else:
+        window = 0.0
+    # Long streams crossed the move and finished, every token: some started before the first refusal and
+    # ended after it (served to the end by the old gateway while the new one took the port).
+    first_refusal = min((o[1] for o in failed), default=None)
+    crossing = [o for o in longs if o[3] == "ok" and first_refusal and o[0] < first_refusal < o[1]]
+    assert first_refusal is None or crossing, longs
+    after = [o for o in outcomes if o[3] == "ok" and failed and o[0] > max(f[1] for f in failed)]
+    assert not failed or len(after) > 10, "the new gateway served too little after the move"
+    record(migration_requests=len(outcomes), migration_ok=len(outcomes) - len(failed),
+           migration_refused=sum(o[3] == "refused" for o in failed),
+           migration_reset_before_an_answer=sum(o[3] == "reset" for o in failed),
+           migration_404_without_workers=sum(o[3] == "HTTP 404" for o in failed),
+           migration_window_s=round(window, 2), migration_long_streams_ok=sum(o[3] == "ok" for o in longs),
+           migration_long_streams_crossing=len(crossing), migration_play_s=round(wall, 1))
+    print(f"migration: {len(outcomes)} requests, {len(failed)} never reached a server "
+          f"({sum(o[3] == 'refused' for o in failed)} refused, {sum(o[3] == 'reset' for o in failed)} reset before an "
+          f"answer, {sum(o[3] == 'HTTP 404' for o in failed)} 404 "
+          f"before smg had its workers) within {window:.2f} s; {len(crossing)} long streams crossed the move "
+          f"complete; play {wall:.1f} s")
+    for name in GPUS:  # the servers were never touched
+        assert gpu(name).service("sglang-server").is_running
