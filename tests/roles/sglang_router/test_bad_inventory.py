@@ -97,35 +97,49 @@ def test_bad_variables_fail_in_the_argument_spec(tmp_path, bad):
     assert rc != 0 and next(iter(bad)) in out, out[-3000:]
 
 
-@pytest.mark.parametrize(("bad", "says"), [
-    ({"sglang_router_health_check_timeout_secs": 5},
-     "sglang_router_health_check_timeout_secs is 5: it must be above 20, since SGLang answers /health after a generation"),
-    ({"sglang_router_health_check_endpoint": "/health_generate", "sglang_router_health_check_timeout_secs": 20},
-     "sglang_router_health_check_timeout_secs is 20: it must be above 20"),
-    ({"sglang_router_health_check_endpoint": "health"},
-     "sglang_router_health_check_endpoint must be a path starting with / (e.g. /health), got health."),
-    ({"sglang_router_health_check_interval_secs": 0}, "sglang_router_health_check_interval_secs must be at least 1"),
-    ({"sglang_router_health_failure_threshold": 0}, "sglang_router_health_failure_threshold (0)"),
-    ({"sglang_router_retry_max_retries": 0}, "sglang_router_retry_max_retries must be at least 1"),
-    ({"sglang_router_retry_initial_backoff_ms": 40000}, "sglang_router_retry_initial_backoff_ms (40000) must be"),
-    ({"sglang_router_retry_backoff_multiplier": 0.5}, "sglang_router_retry_backoff_multiplier must be at least 1"),
-    ({"sglang_router_retry_jitter_factor": 1.5}, "sglang_router_retry_jitter_factor must be between 0 and 1"),
-    ({"sglang_router_cb_failure_threshold": 1},
-     "sglang_router_cb_failure_threshold must be at least 2, got 1: with 1, one long prefill"),
-    ({"sglang_router_cb_window_duration_secs": 0}, "sglang_router_cb_window_duration_secs (0) must be at least 1"),
-    ({"sglang_router_request_timeout_secs": 0}, "sglang_router_request_timeout_secs must be at least 1"),
-    ({"sglang_router_timeout_stop_sec": 30},
-     "sglang_router_timeout_stop_sec (30) must be at least sglang_router_shutdown_grace_period_secs (180) + 5"),
-    ({"sglang_router_shutdown_grace_period_secs": 300},
-     "sglang_router_timeout_stop_sec (195) must be at least sglang_router_shutdown_grace_period_secs (300) + 5"),
-    ({"sglang_router_drain_settle": 0},
-     "sglang_router_drain_settle must be at least 1 and below sglang_router_drain_timeout (600), got 0"),
-    ({"sglang_router_drain_settle": 30, "sglang_router_drain_timeout": 30},
-     "sglang_router_drain_settle must be at least 1 and below sglang_router_drain_timeout (30), got 30"),
-])
-def test_a_bad_long_request_setting_fails_naming_the_variable(tmp_path, bad, says):
+# Each bad value with what the validation says of it. The check names every bad value of a run at once, so the
+# values go in five runs whose variables do not meet (one run per value cost 16 playbooks, ~200 s of the suite):
+# each message names its own variable and value, so a condition that fired only because another value was bad
+# would still show as a missing message.
+BAD_LONG_REQUEST_SETTINGS = [
+    [({"sglang_router_health_check_timeout_secs": 5},
+      "sglang_router_health_check_timeout_secs is 5: it must be above 20, since SGLang answers /health after a generation"),
+     ({"sglang_router_health_check_interval_secs": 0}, "sglang_router_health_check_interval_secs must be at least 1"),
+     ({"sglang_router_health_failure_threshold": 0}, "sglang_router_health_failure_threshold (0)"),
+     ({"sglang_router_retry_max_retries": 0}, "sglang_router_retry_max_retries must be at least 1"),
+     ({"sglang_router_retry_initial_backoff_ms": 40000}, "sglang_router_retry_initial_backoff_ms (40000) must be"),
+     ({"sglang_router_retry_backoff_multiplier": 0.5}, "sglang_router_retry_backoff_multiplier must be at least 1"),
+     ({"sglang_router_retry_jitter_factor": 1.5}, "sglang_router_retry_jitter_factor must be between 0 and 1"),
+     ({"sglang_router_cb_failure_threshold": 1},
+      "sglang_router_cb_failure_threshold must be at least 2, got 1: with 1, one long prefill"),
+     ({"sglang_router_cb_window_duration_secs": 0}, "sglang_router_cb_window_duration_secs (0) must be at least 1"),
+     ({"sglang_router_request_timeout_secs": 0}, "sglang_router_request_timeout_secs must be at least 1"),
+     ({"sglang_router_timeout_stop_sec": 30},
+      "sglang_router_timeout_stop_sec (30) must be at least sglang_router_shutdown_grace_period_secs (180) + 5")],
+    [({"sglang_router_health_check_endpoint": "/health_generate", "sglang_router_health_check_timeout_secs": 20},
+      "sglang_router_health_check_timeout_secs is 20: it must be above 20"),
+     ({"sglang_router_shutdown_grace_period_secs": 300},
+      "sglang_router_timeout_stop_sec (195) must be at least sglang_router_shutdown_grace_period_secs (300) + 5")],
+    [({"sglang_router_health_check_endpoint": "health"},
+      "sglang_router_health_check_endpoint must be a path starting with / (e.g. /health), got health.")],
+    # the drain's settings are checked on their own, after the long-request settings passed
+    [({"sglang_router_drain_settle": 0},
+      "sglang_router_drain_settle must be at least 1 and below sglang_router_drain_timeout (600), got 0")],
+    [({"sglang_router_drain_settle": 30, "sglang_router_drain_timeout": 30},
+      "sglang_router_drain_settle must be at least 1 and below sglang_router_drain_timeout (30), got 30")],
+]
+
+
+@pytest.mark.parametrize("cases", BAD_LONG_REQUEST_SETTINGS,
+                         ids=["independent", "pairs", "endpoint", "drain-zero", "drain-at-timeout"])
+def test_a_bad_long_request_setting_fails_naming_the_variable(tmp_path, cases):
+    bad = {k: v for values, _says in cases for k, v in values.items()}
+    assert len(bad) == sum(len(values) for values, _says in cases)  # no variable set twice in one run
     rc, out = run_router_validation(tmp_path, inventory(GOOD, router_vars=bad))
-    assert rc != 0 and says in out, out[-3000:]
+    assert rc != 0, out[-3000:]
+    flat = " ".join(out.split())  # one message naming them all, folded across lines
+    missing = [says for _values, says in cases if " ".join(says.split()) not in flat]
+    assert missing == [], (missing, out[-3000:])
     assert "changed=0" in out
 
 
