@@ -143,7 +143,14 @@ def run(module: AnsibleModule) -> dict:
     todo = [u for u in wanted if u not in current]
     if not module.check_mode:
         for url in todo:
-            router.call("POST", "/workers", {"url": url, **spec})
+            try:
+                router.call("POST", "/workers", {"url": url, **spec})
+            except RouterError as exc:
+                # 409: the gateway knows the worker already (a gateway just started registers the workers of its
+                # command line after it listens: the list read above can miss one it is registering). The wait
+                # below still requires it registered.
+                if " HTTP 409 " not in f" {exc} ":
+                    raise
         if todo:
             current = wait_for(router, lambda cur: all(u in cur for u in todo), p["timeout"],
                                "registration of " + ", ".join(todo))

@@ -2,6 +2,7 @@
 dependencies in a venv), started here as its unit starts it (the project's secret-masking launcher, the
 clients' key and a control-plane key of its own), in front of two labelled SGLang simulators."""
 
+import importlib.util
 import json
 import os
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -296,3 +298,36 @@ def test_without_routers_leave_does_not_wait_for_a_drain_that_cannot_happen(clus
     assert "at" not in done, "leave waited for the request although no router could stop new ones"
     t.join()
     assert registered(cluster) == sorted(cluster["workers"])
+
+
+def test_a_worker_the_gateway_knows_already_is_no_failure(cluster):
+    """The real gateway answers 409 to adding a worker it knows; a gateway just started registers the workers of its
+    command line after it listens, so the module's list can miss one the gateway is registering (molecule
+    multihost's move to smg failed on this once): the module goes on and waits for it registered."""
+    one, _two = cluster["workers"]
+    assert one in registered(cluster)
+    with pytest.raises(urllib.error.HTTPError) as conflict:
+        request(cluster["router"] + "/workers", {"url": one, "api_key": KEY}, method="POST", key=CONTROL)
+    assert conflict.value.code == 409
+    spec = importlib.util.spec_from_file_location("sglang_router_workers_409",
+                                                  ROOT / "roles/sglang_router/library/sglang_router_workers.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    class StaleFirst(mod.Router):
+        """The first read misses every worker, as just after the gateway started."""
+        reads = 0
+
+        def workers(self):
+            self.reads += 1
+            return {} if self.reads == 1 else super().workers()
+
+    class Module:
+        params = {"router_url": cluster["router"], "api_key": CONTROL, "worker_api_key": KEY, "workers": [one],
+                  "state": "present", "wait_healthy": True, "timeout": 30}
+        check_mode = False
+
+    mod.Router = StaleFirst
+    result = mod.run(Module())
+    assert result["workers"] == [{"url": one, "healthy": True}] or one in [w["url"] for w in result["workers"]], result
+    assert registered(cluster).count(one) == 1
