@@ -112,7 +112,11 @@ def test_each_start_is_recorded_once_with_its_phases(host):
     assert first["ready_from"] in ("--ready", "first 200 on /health_generate in the access log"), first["ready_from"]
     assert first["found"] and not first["errors"], first["summary"]
     assert [w["model"] for w in first["weights"]] == ["target", "draft"] and first["weights"][0]["elapsed_s"] >= 1
-    assert 0 < first["marks"]["weights_begin"] < first["marks"]["fired_up"] <= first["ready_s"], first["marks"]
+    # in order, to the second: the simulator's log stamps whole seconds (SGLang's too, unless SGLANG_LOG_MS), the
+    # launch is systemd's to the microsecond, so a line of the launch's own second reads up to 1 s before it
+    marks = first["marks"]
+    assert None not in (marks["weights_begin"], marks["fired_up"]), marks
+    assert -1 < marks["weights_begin"] <= marks["fired_up"] <= first["ready_s"] + 1, marks
     assert (host.file(f"{starts}/last.json").mode, host.file(f"{starts}/last.json").user) == (0o640, "root")
     assert KEY not in host.file(f"{starts}/last.json").content_string
     answer = json.loads(host.check_output(record))
