@@ -37,7 +37,7 @@ here with the role's simulator standing for SGLang, a tiny checkpoint written wi
 checkpoint's own pages dropped with posix_fadvise only (never the whole host's page cache).
 
 Usage:
-  restart_proof.py resplit SRC OUT [--part-mib 48]       the release entries of a sglang_serve_bundle.py
+  restart_proof.py resplit SRC OUT [--part-mib 48] [--add-wheel WHL]   the release entries of a sglang_serve_bundle.py
                                                          bundle (SRC/part*/) in fewer, larger parts
   restart_proof.py WORK --parts DIR... [--ansible DIR] --pack FILE --steps checkpoint bandwidth starts
   restart_proof.py write-checkpoint DIR --layers N ...   (run by the proof in its own process)
@@ -80,8 +80,15 @@ CACHE_ROOTS = ["/var/cache/sglang", "/var/lib/sglang", "/root/.triton", "/root/.
 # label, page cache dropped before it, tuned loader
 PLAN = [("cold-fresh", True, False), ("cold", True, False), ("warm", False, False), ("warm-tuned", False, True),
         ("cold-tuned", True, True), ("warm-fresh", False, False), ("warm-bounded", False, False),
-        ("prewarmed", True, False)]
+        ("prewarmed", True, False), ("warm-fst", False, False), ("cold-fst", True, False)]
 # prewarmed: the page cache dropped, then the role's warm-up tool reads the checkpoint back before the start.
+# warm-fst, cold-fst: the target read by SGLang's fastsafetensors loader (--load-format fastsafetensors, 0.5.17's
+# LoadFormat.FASTSAFETENSORS): whole files copied to the GPU through pinned bounce buffers by fastsafetensors' own
+# threads (GPUDirect Storage where the host has it, else pread), instead of the default loader's pageable copies
+# tensor by tensor. The package is not in SGLang's release set: carried beside it (resplit --add-wheel). The draft
+# stays config-only (its own --speculative-draft-load-format dummy); no --model-loader-extra-config, which 0.5.17
+# hands to the draft's dummy loader too, and that refuses any.
+LOAD_FORMAT = {"warm-fst": "fastsafetensors", "cold-fst": "fastsafetensors"}
 WARM_TOOL = ROOT / "roles/sglang_server/files/sglang_page_cache_warm.py"
 # The role's settings of a start beyond the common ones (issue 42's AFTER): warm-bounded sizes the CUDA graphs to
 # what a host serving 16 requests at a time needs (sglang_server_cuda_graph_max_bs auto follows the limit) with the
@@ -515,6 +522,8 @@ class RestartProof(sp.Proof):
         base.pop("sglang_server_cuda_graph_max_bs", None)  # the role's default (auto: SGLang's own without a limit)
         if overrides.get("__tuned"):
             base["sglang_server_extra_args"] += ["--model-loader-extra-config", json.dumps(TUNED)]
+        if overrides.get("__load_format"):
+            base["sglang_server_extra_args"] += ["--load-format", overrides["__load_format"]]
         base.update({k: v for k, v in overrides.items() if not k.startswith("__")})
         return base
 
@@ -542,12 +551,13 @@ class RestartProof(sp.Proof):
             before = snapshot()
             resident = resident_bytes(paths)[0]
             timeout = min(self.args.start_timeout * (2 if label.endswith("fresh") else 1), self.left() - 60)
-            session = self.serve(label, {"__tuned": tuned, **SETTINGS.get(label, {})}, timeout=timeout)
+            session = self.serve(label, {"__tuned": tuned, "__load_format": LOAD_FORMAT.get(label),
+                                         **SETTINGS.get(label, {})}, timeout=timeout)
             after = snapshot()
             phases = self.reader.read(self.current_log.read_text(errors="replace").splitlines(),
                                       started=self.launched)
             record = {"label": label, "session": self.session, "cold": cold, "tuned_loader": TUNED if tuned else None,
-                      "settings": SETTINGS.get(label, {}), "prewarm": warmed,
+                      "load_format": LOAD_FORMAT.get(label), "settings": SETTINGS.get(label, {}), "prewarm": warmed,
                       "drop": drop, "resident_before_start_gb": round(resident / GB, 2),
                       "resident_after_start_gb": round(resident_bytes(paths)[0] / GB, 2),
                       "ready": session["ready"], "ready_s_proof": session["ready"]["waited_s"],
@@ -622,14 +632,38 @@ def target_config(d: dict[str, int]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- bundle parts
 
-def resplit(src: Path, out: Path, part_mib: float) -> int:
+def wheel_entries(wheels: list[Path], staging: Path) -> list[tuple[Path, dict]]:
+    """Release entries of wheels carried beside the release set (a loader SGLang imports only when asked, such as
+    fastsafetensors): each installed alone (--no-deps) and packed as sglang_serve_bundle.py packs a distribution."""
+    spec = importlib.util.spec_from_file_location("sglang_serve_bundle", Path(__file__).with_name("sglang_serve_bundle.py"))
+    bundle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bundle)
+    out = []
+    for wheel in wheels:
+        site = staging / f"site-{wheel.name}"
+        shutil.rmtree(site, ignore_errors=True)
+        bundle.pip("install", "--no-deps", "--no-index", "--no-compile", *bundle.TARGET, "--target", str(site), str(wheel))
+        for name, version, files in bundle.distributions(site):
+            archive = staging / f"release--{name}-{version}.tar.xz"
+            size, sha = bundle.pack(site, files, archive)
+            out.append((archive, {"distribution": name, "version": version, "archive": archive.name, "bytes": size,
+                                  "sha256": sha, "dest": "release", "carried_beside_the_set": True}))
+    return out
+
+
+def resplit(src: Path, out: Path, part_mib: float, add_wheels: list[Path] = ()) -> int:
     """The release entries of sglang_serve_bundle.py's parts (other releases' and files left out) in parts of
-    at most part_mib, first fit by decreasing size, each with its MANIFEST.json; ansible/ copied."""
+    at most part_mib, first fit by decreasing size, each with its MANIFEST.json; ansible/ copied. add_wheels:
+    distributions carried beside the release set, as release entries too."""
     entries = []
     for manifest in sorted(src.glob("part*/MANIFEST.json")):
         for entry in json.loads(manifest.read_text()):
             if entry.get("dest", "release") == "release":
                 entries.append((manifest.parent / entry["archive"], entry))
+    if add_wheels:
+        staging = out.parent / f".{out.name}-wheels"
+        staging.mkdir(parents=True, exist_ok=True)
+        entries += wheel_entries(list(add_wheels), staging)
     limit = int(part_mib * (1 << 20))
     parts: list[list] = []
     for item in sorted(entries, key=lambda e: -e[1]["bytes"]):
@@ -659,8 +693,10 @@ def main() -> int:
         ap.add_argument("src", type=Path)
         ap.add_argument("out", type=Path)
         ap.add_argument("--part-mib", type=float, default=48.0)
+        ap.add_argument("--add-wheel", type=Path, action="append", default=[],
+                        help="a wheel carried beside the release set (e.g. fastsafetensors for warm-fst, cold-fst)")
         a = ap.parse_args(argv[1:])
-        return resplit(a.src, a.out, a.part_mib)
+        return resplit(a.src, a.out, a.part_mib, a.add_wheel)
     if argv[:1] == ["write-checkpoint"]:
         ap = argparse.ArgumentParser(prog="restart_proof.py write-checkpoint")
         ap.add_argument("dir", type=Path)
