@@ -98,6 +98,8 @@ def assess(figures: dict[str, Any], extra: tuple[str, dict[str, Any]] | None = N
     for start in figures["starts"]:
         row: dict[str, Any] = {"machine": start["machine"], "start": start["start"], "session": start["session"],
                                "gpu": gpu_name(start.get("gpu"))}
+        if start.get("load_format"):  # the target's loader, where not SGLang's default (warm-fst, cold-fst)
+            row["load_format"] = start["load_format"]
         rows.append(row)
         if isinstance(start.get("prewarm"), dict):  # the role's warm-up tool ran between the drop and the start
             warm = start["prewarm"]
@@ -245,6 +247,7 @@ def main() -> int:
             figures["starts"].append({
                 "machine": label, "gpu": results.get("gpu"), "start": start["label"], "session": start["session"],
                 "page_cache_dropped": start["cold"], "drop": start["drop"], "tuned_loader": start["tuned_loader"],
+                "load_format": start.get("load_format"),
                 "resident_before_start_gb": start["resident_before_start_gb"],
                 "resident_after_start_gb": start["resident_after_start_gb"],
                 "ready_rc": start["ready"]["rc"], "ready_s_proof": start["ready_s_proof"],
