@@ -4,8 +4,10 @@ Each trial drives the tool's search in-process (sglang_tune.drive: the same gene
 replay from the state file) against a known response: every run's tok/s is the response at that point
 times the start's speed factor, 1 + N(0, per start), drawn at every start of the server (the runs do not
 show it), times (1 + e), e ~ N(0, 5%) drawn per run (the reference host's spread: ten EAGLE-3 runs spanned
-87.5-103.5 around 96.1), with the role's default grid (163 points from 3/1/4), budget (180 min, 10 min per
-restart) and runs, the tuner told neither spread. 200 seeded trials per response. These are the hosts
+87.5-103.5 around 96.1), with the role's default grid (163 points from 3/1/4) and runs, the tuner told neither
+spread. 200 seeded trials per response. The coordinate search alone: sglang_bench_tune_surface false and its
+180 min budget (the role's defaults until the surface became the default; test_tune_acceptance.py drives the
+defaults). These are the hosts
 whose restarts are quiet (per start 0) unless a test says otherwise; test_tune_acceptance.py drives the
 commands on the issue's noisy host (5% per start), and tune_study.py gives both at 1000 trials.
 """
@@ -27,7 +29,8 @@ NOISE = 0.05
 
 
 def settings(**change) -> dict:
-    return tunehost.role_settings(**change)
+    """The role's settings with the coordinate search alone, at its 180 min budget."""
+    return tunehost.role_settings(**{"surface": False, "budget_minutes": 180.0, **change})
 
 
 CONFIG = tune.Config.from_settings(settings())
@@ -67,7 +70,10 @@ def trials(truth, seed, **kw):
 
 
 def test_the_role_defaults_make_a_grid_larger_than_the_budget() -> None:
+    """163 points: the coordinate search's 180 min pays for a tenth of them, the role's 960 min for under half."""
     assert len(CONFIG.grid()) == 163 and CONFIG.max_candidates() < len(CONFIG.grid()) / 10
+    defaults = tune.Config.from_settings(tunehost.role_settings())
+    assert defaults.surface and defaults.grid() == CONFIG.grid() and defaults.max_candidates() < len(CONFIG.grid()) / 2
 
 
 def test_flat_response_keeps_the_start() -> None:

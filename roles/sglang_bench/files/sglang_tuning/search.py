@@ -359,9 +359,22 @@ class Search:
             out.append((point, gate.starts_mean(starts) / ref_mean - 1.0, (cv * cv + runs) / len(starts)))
         return out
 
+    def start_variance(self) -> float:
+        """The variance of one more start's mean relative to the start's: the host's spread between starts
+        (floored at CV_FLOOR) and its runs' spread over `runs` runs."""
+        ref = self.starts(self.config.start)
+        spread = self.spread()
+        cv = max(spread["cv"] if spread else 0.0, CV_FLOOR)
+        runs = [gate.fvar(v) for p in self.samples if p is not None for v in self.starts(p)]
+        if not ref or not runs:
+            return cv * cv
+        return cv * cv + statistics.fmean(runs) / self.config.runs / gate.starts_mean(ref) ** 2
+
     def surface_step(self) -> tuple[Point, float, Point | None, float]:
         """The surface's verdict on what is measured so far: its best measured point and that point's estimated
-        gain over the start, and the point one more start is worth most at (its expected improvement)."""
+        gain over the start, the point one more start is worth most at (its knowledge gradient: what it is
+        expected to add to the best measured point's estimate) and the largest expected improvement over that
+        best anywhere (the stop: EI_STOP)."""
         obs = self.observations()
         key = (tuple((p, round(y, 12), round(v, 15)) for p, y, v in obs), self.server, self.config.min_gain)
         if key in _SURFACES:
@@ -370,17 +383,25 @@ class Search:
         start = self.config.start
         if surface is None:
             return start, 0.0, None, 0.0
-        means = {p: surface.predict(p)[0] for p, _y, _v in obs}
-        best = max(means, key=lambda p: (means[p], p == start))
-        pick, gain = None, 0.0
+        candidates = []
         for point in self.config.grid():
             sample = self.samples.get(point)
             if point == self.server or (sample is not None and sample.failed):
                 continue
-            mean, sd = surface.predict(point)
-            ei = expected_improvement(mean, sd, means[best])
+            candidates.append(point)
+        posteriors = {p: surface.posterior(p) for p in [*candidates, *(p for p, _y, _v in obs)]}
+        means = {p: posteriors[p][0] for p, _y, _v in obs}
+        best = max(means, key=lambda p: (means[p], p == start))
+        pick, gain = None, 0.0
+        for point in candidates:
+            mean, var, _v = posteriors[point]
+            ei = expected_improvement(mean, math.sqrt(max(var, 0.0)), means[best])
             if ei > gain:
                 pick, gain = point, ei
+        if pick is not None and gain >= EI_STOP * self.config.min_gain:  # where one start is worth most to what
+            # serves (expected improvement over-samples the best: its posterior spread keeps its EI up however often
+            # it was measured)
+            pick = max(surface.knowledge_gradient(posteriors, candidates, self.start_variance()))[1]
         found = (best, means[best] - means.get(start, 0.0), pick, gain)
         if len(_SURFACES) > 20000:
             _SURFACES.clear()
@@ -388,9 +409,10 @@ class Search:
         return found
 
     def surface(self) -> Generator[Ask, dict, None]:
-        """Measure, one start at a time, where the surface expects most improvement over its best estimate, until
-        no point is worth a start (EI_STOP) or the budget keeps only the confirmation of the best; then the best
-        estimate is the best (the start where the surface sees no gain above the minimum)."""
+        """Measure, one start at a time, where one start is worth most to the best estimate (the knowledge
+        gradient), until no point's expected improvement over the best estimate reaches EI_STOP x the minimum gain
+        or the budget keeps only the confirmation of the best; then the best estimate is the best (the start where
+        the surface sees no gain above the minimum)."""
         config = self.config
         while True:
             best, gain, pick, ei = self.surface_step()
@@ -419,9 +441,10 @@ class Search:
             self.decision = "the start failed: the best candidate serves without a test against it"
             return
         # With the surface, whose confirmation is reserved in full: looks at fixed pair counts (1, the planned, the
-        # most), never at a count the data chose, the level spent across them (a union bound) and a stop for
-        # futility. The coordinate search, whose budget may cut the pairs short: each look at a third of the level,
-        # the pairs extended to what the gain seen needs.
+        # most), never at a count the data chose, the level spent across them (a union bound); it stops early only
+        # when the fresh starts prove the gain or rule out one above the minimum (the gain's upper bound at the
+        # tuning's confidence below it). The coordinate search, whose budget may cut the pairs short: each look at a
+        # third of the level, the pairs extended to what the gain seen needs.
         spending = config.surface
         level = (1.0 - config.confidence) * (CONFIRM_LEVEL if spending else 1.0)
         plan = self.planned_pairs(best)
@@ -453,15 +476,16 @@ class Search:
             if self.final["p"] < alpha and self.final["gain"] > config.min_gain:
                 self.winner = best
                 break
+            if spending:
+                if pairs >= self.max_pairs or self.final["ci_gain"][1] <= config.min_gain:
+                    break  # futility only where the fresh starts rule out a gain worth serving (adds no false winner)
+                continue
             if pairs < plan:
                 continue
             if pairs >= self.max_pairs or self.final["gain"] <= config.min_gain:
                 break
-            if spending:
-                if self.hopeless(mine, ref, level - spent):
-                    break  # the most pairs could not prove the gain seen (futility: adds no false winner)
-            else:  # once more, at the pairs 80% power at the gain seen needs
-                looks_at.add(min(self.max_pairs, pairs + max(1, self.planned_extra(mine, ref, level / CONFIRM_LOOKS))))
+            # once more, at the pairs 80% power at the gain seen needs
+            looks_at.add(min(self.max_pairs, pairs + max(1, self.planned_extra(mine, ref, level / CONFIRM_LOOKS))))
         if self.final is None:
             self.decision = "the budget left no time for fresh starts of the best point and of the start"
         elif self.winner:
@@ -488,18 +512,6 @@ class Search:
             return level / CONFIRM_LOOKS
         last = looks == CONFIRM_LOOKS or pairs >= self.max_pairs or stopped
         return level - spent if last else min(level * CONFIRM_INTERIM, level - spent)
-
-    def hopeless(self, mine: list[list[float]], ref: list[list[float]], alpha: float) -> bool:
-        """Would the most pairs prove the gain the confirmation saw with less than HOPE power at `alpha`? (Stopping
-        for futility never adds a false winner.)"""
-        spread = self.spread()
-        cv, df = (spread["cv"], spread["df"]) if spread else (0.0, 0)
-        gain = gate.starts_mean(mine) / gate.starts_mean(ref) - 1.0
-        per_run = statistics.fmean(gate.fvar(v) for v in mine + ref) / gate.starts_mean(ref) ** 2
-        per_start = cv ** 2 + per_run / self.config.runs
-        k = self.max_pairs
-        dof = max(df + 2 * (k - len(mine)), 1)
-        return power_one_sided(gain, math.sqrt(2 * per_start / k), dof, alpha) < HOPE
 
     def run(self) -> Generator[Ask, dict, Search]:
         config = self.config
