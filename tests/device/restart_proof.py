@@ -11,7 +11,8 @@ the device:
    less room, never under 30 GB unless it cannot be helped, and said) written as safetensors shards
    of --shard-gb (model.safetensors.index.json beside them): each shard filled on the GPU
    (normal(0, 0.02), norms 1), copied to pinned memory and written by a second thread, then synced.
-   Its EAGLE-3 draft is config-only (--speculative-draft-load-format dummy), as in the test bed.
+   Its EAGLE-3 draft is config-only (--speculative-draft-load-format dummy), as in the test bed, or with
+   --real-draft random weights of its shape written the same way (its loader then takes the target's settings).
 2. bandwidth: the checkpoint's disk read cold (page cache dropped: /proc/sys/vm/drop_caches, else
    posix_fadvise(DONTNEED) per file, the method recorded, residency checked with mincore), one
    thread and as many threads as SGLang's default loader (8), O_DIRECT, the page cache's own read
@@ -85,10 +86,14 @@ PLAN = [("cold-fresh", True, False), ("cold", True, False), ("warm", False, Fals
 # warm-fst, cold-fst: the target read by SGLang's fastsafetensors loader (--load-format fastsafetensors, 0.5.17's
 # LoadFormat.FASTSAFETENSORS): whole files copied to the GPU through pinned bounce buffers by fastsafetensors' own
 # threads (GPUDirect Storage where the host has it, else pread), instead of the default loader's pageable copies
-# tensor by tensor. The package is not in SGLang's release set: carried beside it (resplit --add-wheel). The draft
-# stays config-only (its own --speculative-draft-load-format dummy); no --model-loader-extra-config, which 0.5.17
-# hands to the draft's dummy loader too, and that refuses any.
+# tensor by tensor. The package is not in SGLang's release set: carried beside it (resplit --add-wheel). 0.5.17 hands
+# --model-loader-extra-config to the draft's loader too, and the config-only draft's dummy loader refuses any: the
+# loader's settings (LOADER_CONFIG) need a draft of real weights (--real-draft).
 LOAD_FORMAT = {"warm-fst": "fastsafetensors", "cold-fst": "fastsafetensors"}
+# With a draft of real weights (--real-draft; the draft's loader then takes the same extra config): GPUDirect Storage
+# off, fastsafetensors' pread path through pinned bounce buffers. Its default (on) failed the start on the lent VM's
+# virtio disk: cuFile error 5027 registering the first shard (docs/validation/restart-h200/fst).
+LOADER_CONFIG = {"fastsafetensors": {"enable_gds": False}}
 WARM_TOOL = ROOT / "roles/sglang_server/files/sglang_page_cache_warm.py"
 # The role's settings of a start beyond the common ones (issue 42's AFTER): warm-bounded sizes the CUDA graphs to
 # what a host serving 16 requests at a time needs (sglang_server_cuda_graph_max_bs auto follows the limit) with the
@@ -121,6 +126,30 @@ def tensor_specs(d: dict[str, int]) -> list[tuple[str, list[int], str]]:
                   (f"{p}.input_layernorm.weight", [hidden], "ones"),
                   (f"{p}.post_attention_layernorm.weight", [hidden], "ones")]
     return specs + [("model.norm.weight", [hidden], "ones"), ("lm_head.weight", [vocab, hidden], "rand")]
+
+
+def draft_tensor_specs(d: dict[str, int]) -> list[tuple[str, list[int], str]]:
+    """(name, shape, fill) of an EAGLE-3 draft for the target of `d` (LlamaForCausalLMEagle3, one decoder layer), in
+    the names EAGLE-3 checkpoints use (SGLang 0.5.17's llama_eagle3.py load_weights: midlayer -> layers.0, q/k/v and
+    gate/up stacked): the layer's attention reads the token's embedding and the target's hidden state side by side
+    (2 x hidden in), fc folds three of the target's layers' hidden states (3 x hidden) into one. draft_vocab equal to
+    the vocabulary: no d2t/t2d maps."""
+    hidden, heads, kv, inter = d["hidden"], d["heads"], d["kv_heads"], d["intermediate"]
+    head_dim = hidden // heads
+    return [("embed_tokens.weight", [d["vocab"], hidden], "rand"),
+            ("midlayer.self_attn.q_proj.weight", [heads * head_dim, 2 * hidden], "rand"),
+            ("midlayer.self_attn.k_proj.weight", [kv * head_dim, 2 * hidden], "rand"),
+            ("midlayer.self_attn.v_proj.weight", [kv * head_dim, 2 * hidden], "rand"),
+            ("midlayer.self_attn.o_proj.weight", [hidden, heads * head_dim], "rand"),
+            ("midlayer.mlp.gate_proj.weight", [inter, hidden], "rand"),
+            ("midlayer.mlp.up_proj.weight", [inter, hidden], "rand"),
+            ("midlayer.mlp.down_proj.weight", [hidden, inter], "rand"),
+            ("midlayer.input_layernorm.weight", [hidden], "ones"),
+            ("midlayer.hidden_norm.weight", [hidden], "ones"),
+            ("midlayer.post_attention_layernorm.weight", [hidden], "ones"),
+            ("fc.weight", [hidden, 3 * hidden], "rand"),
+            ("norm.weight", [hidden], "ones"),
+            ("lm_head.weight", [d["draft_vocab"], hidden], "rand")]
 
 
 def numel(shape: list[int]) -> int:
@@ -159,10 +188,11 @@ def header_of(shard: list[tuple[str, list[int], str]]) -> bytes:
     return len(blob).to_bytes(8, "little") + blob
 
 
-def write_checkpoint(directory: Path, dims: dict[str, int], shard_gb: float, seed: int = 1) -> dict[str, Any]:
-    """The target's weights as safetensors shards and their index (config and tokenizer are written
-    beforehand by tests/harness/synthetic_model.py)."""
-    specs = tensor_specs(dims)
+def write_checkpoint(directory: Path, dims: dict[str, int], shard_gb: float, seed: int = 1,
+                     draft: bool = False) -> dict[str, Any]:
+    """The target's (or with draft, its EAGLE-3 draft's) weights as safetensors shards and their index (config and
+    tokenizer are written beforehand by tests/harness/synthetic_model.py)."""
+    specs = draft_tensor_specs(dims) if draft else tensor_specs(dims)
     shards = shard_plan(specs, int(shard_gb * GB))
     names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     sizes = [sum(2 * numel(s[1]) for s in shard) for shard in shards]
@@ -487,6 +517,17 @@ class RestartProof(sp.Proof):
         (self.target / "checkpoint.json").write_text(json.dumps(info, indent=1) + "\n")
         self.results["checkpoint"] = info
         self.say(f"checkpoint: rc={rc} {wall:.1f}s {json.dumps(info)[:600]}")
+        if self.args.real_draft:  # the draft's random weights beside its config (else config-only: dummy)
+            rc, out, wall = self.run("draft", [sys.executable, str(Path(__file__).resolve()), "write-checkpoint",
+                                               str(DRAFT), "--dims", json.dumps(dims), "--draft",
+                                               "--shard-gb", str(self.args.shard_gb)], 600,
+                                     log=self.work / "facts" / "draft-checkpoint.log")
+            try:
+                info["draft"] = json.loads(out.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                raise SystemExit(f"the draft's weights were not written (rc={rc}): {out[-1500:]}") from None
+            (self.target / "checkpoint.json").write_text(json.dumps(info, indent=1) + "\n")
+            self.say(f"draft checkpoint: rc={rc} {wall:.1f}s {json.dumps(info['draft'])[:400]}")
 
     # --- 2. bandwidth
 
@@ -518,14 +559,22 @@ class RestartProof(sp.Proof):
                      "sglang_server_served_model_name": "restart/llama-17b-shape",
                      # Timestamps with milliseconds (SGLang's own switch): the phases to 1 ms, not 1 s.
                      "sglang_server_env": {"SGLANG_LOG_MS": "1"},
-                     "sglang_server_extra_args": [*self.extra_args, "--speculative-draft-load-format", "dummy"]})
+                     "sglang_server_extra_args": [*self.extra_args, *([] if self.draft_has_weights() else
+                                                                      ["--speculative-draft-load-format", "dummy"])]})
         base.pop("sglang_server_cuda_graph_max_bs", None)  # the role's default (auto: SGLang's own without a limit)
         if overrides.get("__tuned"):
             base["sglang_server_extra_args"] += ["--model-loader-extra-config", json.dumps(TUNED)]
         if overrides.get("__load_format"):
             base["sglang_server_extra_args"] += ["--load-format", overrides["__load_format"]]
+            if self.draft_has_weights() and LOADER_CONFIG.get(overrides["__load_format"]):
+                base["sglang_server_extra_args"] += ["--model-loader-extra-config",
+                                                     json.dumps(LOADER_CONFIG[overrides["__load_format"]])]
         base.update({k: v for k, v in overrides.items() if not k.startswith("__")})
         return base
+
+    def draft_has_weights(self) -> bool:
+        """A draft checkpoint written by --real-draft (its loader then takes the target's extra config too)."""
+        return not self.args.rehearse and bool(shard_files(self.draft))
 
     def start(self, label: str, argv: list[str], env_vars: dict[str, str]) -> None:
         self.stop()
@@ -702,8 +751,10 @@ def main() -> int:
         ap.add_argument("dir", type=Path)
         ap.add_argument("--dims", required=True)
         ap.add_argument("--shard-gb", type=float, default=2.0)
+        ap.add_argument("--draft", action="store_true", help="the EAGLE-3 draft's weights for the target of --dims")
         a = ap.parse_args(argv[1:])
-        print(json.dumps(write_checkpoint(a.dir, json.loads(a.dims), a.shard_gb)))
+        print(json.dumps(write_checkpoint(a.dir, json.loads(a.dims), a.shard_gb, seed=2 if a.draft else 1,
+                                          draft=a.draft)))
         return 0
     if argv[:1] == ["bandwidth"]:
         ap = argparse.ArgumentParser(prog="restart_proof.py bandwidth")
@@ -730,6 +781,8 @@ def main() -> int:
     ap.add_argument("--draft")
     ap.add_argument("--extra-arg", action="append", default=[])
     ap.add_argument("--rehearse", action="store_true")
+    ap.add_argument("--real-draft", action="store_true",
+                    help="checkpoint step: also write the EAGLE-3 draft's random weights (else config-only, dummy)")
     ap.add_argument("--bench", action="store_true", help="after each ready start, the BENCH_POINTS")
     args = ap.parse_args(argv)
     args.candidates, args.correctness, args.random_draft, args.install_only = 0, False, False, False
