@@ -27,12 +27,9 @@ PREFIXES = sorted(ROLE_NAMES, key=len, reverse=True)
 NAME = re.compile(r"(?<![\w.])(?:__)?((?:sglang_[a-z0-9]+|nvidia_cuda|gpu_preflight)_[a-z0-9_]+)")
 # Still read across roles: (reader, name) -> what publishes it. Issue 41's remaining slices.
 STILL_READ = {
-    ("sglang_bench", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
     ("sglang_monitoring", "sglang_router_port"): "sglang_router's settings",
     ("sglang_monitoring", "sglang_router_prometheus_host"): "sglang_router's settings (its filter, through hostvars)",
     ("sglang_monitoring", "sglang_router_prometheus_port"): "sglang_router's settings",
-    ("sglang_monitoring", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
-    ("sglang_router", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
 }
 
 

@@ -52,9 +52,13 @@ def record_local_fact(module, fact: dict, path: str, key: str) -> dict:
 def fact_module_main(role: str, source: str, describe, key: str, extra: dict | None = None) -> None:
     """A role's fact module: describe the directory given as option `source` (a path, required) and record it in
     the option fact_file (default /etc/ansible/facts.d/<role>.fact); the result holds the fact under `key`.
-    `extra`: more options (name -> argument spec), handed to describe as keyword arguments."""
+    `extra`: more options (name -> argument spec), handed to describe as keyword arguments. A ValueError of
+    describe (an option's value it cannot record) fails the module with its message."""
     spec = {source: {"type": "path", "required": True},
             "fact_file": {"type": "path", "default": f"/etc/ansible/facts.d/{role}.fact"}, **(extra or {})}
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    fact = describe(module.params[source], **{name: module.params[name] for name in extra or {}})
+    try:
+        fact = describe(module.params[source], **{name: module.params[name] for name in extra or {}})
+    except ValueError as exc:
+        module.fail_json(msg=f"{role}'s local fact: {exc}")
     module.exit_json(**record_local_fact(module, fact, module.params["fact_file"], key))
