@@ -1,6 +1,6 @@
 """A role's local fact (/etc/ansible/facts.d/<role>.fact) written as the roles' fact modules write it (role
-sglang_common, for sglang_build's sglang_build_releases, sglang_model's sglang_model_staged and
-sglang_server's sglang_server_releases): JSON, sorted,
+sglang_common, for sglang_build's sglang_build_releases, sglang_model's sglang_model_staged,
+sglang_server's sglang_server_releases and sglang_router's sglang_router_fact): JSON, sorted,
 written only when its content differs, atomically (a temporary file beside it, flushed, renamed over the old
 one), mode 0644, owned by root when written as root; check mode reports without writing, diff mode shows
 before and after."""

@@ -1,18 +1,17 @@
 """Prometheus' scrape targets from the inventory (role sglang_monitoring).
 
     {{ groups | sglang_monitoring_targets(hostvars, inventory_hostname, server_group='gpu_hosts',
-                                          router_group='sglang_routers', router_host='127.0.0.1',
-                                          router_port=29000, required=true) }}
+                                          router_group='sglang_routers', required=true) }}
     -> {'jobs': {'sglang_server': [{'host': 'gpu1', 'target': '10.0.0.5:30000'}], 'sglang_router': [...],
                  'node': [...], 'dcgm': [...]},
         'errors': ['... naming the host and the variable ...']}
 
 Servers: the endpoint role sglang_server records on every GPU host (its local fact,
 hostvars[h].ansible_local.sglang_server.endpoint), only hosts that serve HTTP (single nodes and multi-node
-heads); a server bound to loopback is scraped only from its own host; a host whose server has recorded none
-yet is an error naming it (run the server role first) when ``required``, else it is left out (the validation
-before any host changes: a new host's server records its endpoint on its first run). Routers: sglang-router's
-Prometheus endpoint (sglang_router_prometheus_host/_port of the router host, else the given fallbacks).
+heads); a server bound to loopback is scraped only from its own host. Routers: where role sglang_router
+records its Prometheus endpoint (hostvars[h].ansible_local.sglang_router: prometheus_host, prometheus_port).
+A host whose role has recorded nothing yet is an error naming it (run that role first) when ``required``,
+else it is left out (the validation before any host changes: a new host's roles record on their first run).
 Node exporter and DCGM: the endpoint this role's validation publishes on each GPU host
 (hostvars[h].sglang_monitoring_exporter_endpoint).
 """
@@ -49,7 +48,7 @@ def _serves_http(endpoint):
 
 
 def sglang_monitoring_targets(groups, hostvars, me, server_group="gpu_hosts", router_group="sglang_routers",
-                              router_host="127.0.0.1", router_port=29000, required=True):
+                              required=True):
     jobs = {"sglang_server": [], "sglang_router": [], "node": [], "dcgm": []}
     errors = []
     for host in groups.get(server_group, []):
@@ -79,8 +78,16 @@ def sglang_monitoring_targets(groups, hostvars, me, server_group="gpu_hosts", ro
             jobs["dcgm"].append({"host": host, "target": _hostport(exporter["address"], exporter["dcgm_port"])})
     for host in groups.get(router_group, []):
         hv = hostvars[host]
-        bind = str(hv.get("sglang_router_prometheus_host", router_host))
-        port = hv.get("sglang_router_prometheus_port", router_port)
+        router = local_fact(hostvars, host, "sglang_router")
+        if "prometheus_port" not in router:
+            if required:
+                errors.append(f"{host} (group {router_group}) has no router in its local fact ansible_local.sglang_router "
+                              "(/etc/ansible/facts.d/sglang_router.fact): run the router role on it first "
+                              "(playbooks/router.yml), and no --limit that leaves it out of this run (its facts are read), "
+                              "so that where its router serves its metrics is known")
+            continue
+        bind = str(router.get("prometheus_host", ""))
+        port = router["prometheus_port"]
         if bind in LOOPBACK:
             if host != me:
                 errors.append(f"{host}'s router serves its metrics on {bind} (sglang_router_prometheus_host): Prometheus "

@@ -4,9 +4,9 @@ The inventory is this machine over a local connection, in gpu_hosts, sglang_rout
 once, with the demo inventory's settings; the playbook runs in check mode (nothing could change even if
 validation let a bad value through), and each failure must come from the validate-first play, before
 any play of the monitoring itself. tests/molecule/multihost proves the good settings on real hosts.
-Each host's server has run: what it recorded (ansible_local.sglang_server's endpoint on port 30000) is given
-as the host's ansible_local, with fact gathering off (ANSIBLE_GATHERING=explicit), since every host of the
-inventory is this machine.
+Each host's server and router have run: what they recorded (ansible_local.sglang_server's endpoint on port
+30000, ansible_local.sglang_router on 30080 with its metrics on 29000) is given as the host's ansible_local,
+with fact gathering off (ANSIBLE_GATHERING=explicit), since every host of the inventory is this machine.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ import bad_inputs
 from repo import ROOT
 
 PLAYBOOK = ROOT / "playbooks" / "monitoring.yml"
-# What the host's server recorded (role sglang_server, its defaults).
+# What the host's server and router recorded (roles sglang_server and sglang_router, their defaults).
 RECORDED = {"sglang_server": {"schema": 2, "endpoint": {
                 "host": "localhost", "serves_http": True, "group": "", "node_rank": 0, "nnodes": 1,
                 "address": "127.0.0.1", "port": 30000, "url": "http://127.0.0.1:30000", "bind": "127.0.0.1",
                 "local_url": "http://127.0.0.1:30000", "api_key_sha256": ""}},
-}
+            "sglang_router": {"schema": 1, "host": "127.0.0.1", "port": 30080, "prometheus_host": "127.0.0.1",
+                              "prometheus_port": 29000}}
 GOOD_HASH = "$2b$12$hNf2lSsxfm0.i4a.1kVpSOVyBCfIB51VRjgBUyv6kdnyTlgWj81Ay"
 
 CASES = [
@@ -56,6 +57,8 @@ CASES = [
      "sglang_monitoring_tls_key_file"),
     ("a baseline without tok/s", {"sglang_monitoring_bench_baseline": {"eagle3": {"accept_length": 2.4}}},
      "sglang_monitoring_bench_baseline"),
+    ("the router's metrics port set here", {"sglang_monitoring_router_metrics_port": 29001},
+     "sglang_monitoring_router_metrics_host and sglang_monitoring_router_metrics_port are no longer read"),
 ]
 
 
