@@ -1,7 +1,7 @@
-"""The roles' local-fact modules (sglang_build_releases, sglang_model_staged) in tests: imported, or run as
-Ansible runs a module (an arguments file), with sglang_common's module_utils where Ansible puts it
-(ansible.module_utils.sglang_common_local_fact: a role's module_utils are on that path once the role is
-loaded, and both roles declare sglang_common)."""
+"""The roles' local-fact modules (sglang_build_releases, sglang_model_staged, sglang_server_releases,
+sglang_router_fact) in tests: imported, or run as Ansible runs a module (an arguments file), with sglang_common's
+module_utils where Ansible puts it (ansible.module_utils.sglang_common_local_fact: a role's module_utils are on
+that path once the role is loaded, and these roles declare sglang_common)."""
 
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ insides of {{ }} and {% %}, and whole conditionals; not a mapping's keys, not pl
 a setting for the user), and the names its filter plugins quote (they read hostvars by name): each name with another role's
 prefix that the other role defines as a variable (see defined(): a metric or file name that only looks like one
 is no read). Allowed: sglang_common_* (the shared settings), and the variables a task hands to the role it includes
-(include_role/import_role `vars:` keys: that role's documented inputs). What is still read across roles is
-listed in STILL_READ, each with the owner's describe entry point that publishes it: the facts redesign's work
-left. The test fails on a read that is not allowed and not listed (a new cross-role read), and on a listed
-read that is gone (move it off the list: it keeps the list true).
+(include_role/import_role `vars:` keys: that role's documented inputs). STILL_READ listed the reads the facts
+redesign had left, each with what published it; it is empty now. The test fails on a read that is not allowed
+and not listed (a new cross-role read), and on a listed read that is gone (move it off the list: it keeps the
+list true).
 """
 
 from __future__ import annotations
@@ -25,15 +25,9 @@ from roles_alone import INCLUDES, included_name, role_names, tasks_of
 ROLE_NAMES = role_names()
 PREFIXES = sorted(ROLE_NAMES, key=len, reverse=True)
 NAME = re.compile(r"(?<![\w.])(?:__)?((?:sglang_[a-z0-9]+|nvidia_cuda|gpu_preflight)_[a-z0-9_]+)")
-# Still read across roles: (reader, name) -> what publishes it. Issue 41's remaining slices.
-STILL_READ = {
-    ("sglang_bench", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
-    ("sglang_monitoring", "sglang_router_port"): "sglang_router's settings",
-    ("sglang_monitoring", "sglang_router_prometheus_host"): "sglang_router's settings (its filter, through hostvars)",
-    ("sglang_monitoring", "sglang_router_prometheus_port"): "sglang_router's settings",
-    ("sglang_monitoring", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
-    ("sglang_router", "sglang_server_endpoint"): "sglang_server: tasks_from endpoint",
-}
+# Still read across roles: (reader, name) -> what publishes it. Empty since issue 41's last slices (the server's
+# endpoint and the router's ports are local facts): the test guards it, a new cross-role read fails.
+STILL_READ: dict[tuple[str, str], str] = {}
 
 
 def owner(name: str) -> str | None:

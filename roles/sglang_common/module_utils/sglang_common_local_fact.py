@@ -1,6 +1,6 @@
 """A role's local fact (/etc/ansible/facts.d/<role>.fact) written as the roles' fact modules write it (role
-sglang_common, for sglang_build's sglang_build_releases, sglang_model's sglang_model_staged and
-sglang_server's sglang_server_releases): JSON, sorted,
+sglang_common, for sglang_build's sglang_build_releases, sglang_model's sglang_model_staged,
+sglang_server's sglang_server_releases and sglang_router's sglang_router_fact): JSON, sorted,
 written only when its content differs, atomically (a temporary file beside it, flushed, renamed over the old
 one), mode 0644, owned by root when written as root; check mode reports without writing, diff mode shows
 before and after."""
@@ -52,9 +52,13 @@ def record_local_fact(module, fact: dict, path: str, key: str) -> dict:
 def fact_module_main(role: str, source: str, describe, key: str, extra: dict | None = None) -> None:
     """A role's fact module: describe the directory given as option `source` (a path, required) and record it in
     the option fact_file (default /etc/ansible/facts.d/<role>.fact); the result holds the fact under `key`.
-    `extra`: more options (name -> argument spec), handed to describe as keyword arguments."""
+    `extra`: more options (name -> argument spec), handed to describe as keyword arguments. A ValueError of
+    describe (an option's value it cannot record) fails the module with its message."""
     spec = {source: {"type": "path", "required": True},
             "fact_file": {"type": "path", "default": f"/etc/ansible/facts.d/{role}.fact"}, **(extra or {})}
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    fact = describe(module.params[source], **{name: module.params[name] for name in extra or {}})
+    try:
+        fact = describe(module.params[source], **{name: module.params[name] for name in extra or {}})
+    except ValueError as exc:
+        module.fail_json(msg=f"{role}'s local fact: {exc}")
     module.exit_json(**record_local_fact(module, fact, module.params["fact_file"], key))

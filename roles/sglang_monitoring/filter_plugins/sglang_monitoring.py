@@ -1,17 +1,18 @@
 """Prometheus' scrape targets from the inventory (role sglang_monitoring).
 
     {{ groups | sglang_monitoring_targets(hostvars, inventory_hostname, server_group='gpu_hosts',
-                                          router_group='sglang_routers', router_host='127.0.0.1',
-                                          router_port=29000) }}
+                                          router_group='sglang_routers', required=true) }}
     -> {'jobs': {'sglang_server': [{'host': 'gpu1', 'target': '10.0.0.5:30000'}], 'sglang_router': [...],
                  'node': [...], 'dcgm': [...]},
         'errors': ['... naming the host and the variable ...']}
 
-Servers: the endpoint role sglang_server publishes on every GPU host (hostvars[h].sglang_server_endpoint,
-validate-first play), only hosts that serve HTTP (single nodes and multi-node heads); a server bound to
-loopback is scraped only from its own host. Routers: sglang-router's Prometheus endpoint
-(sglang_router_prometheus_host/_port of the router host, else the given fallbacks). Node exporter and
-DCGM: the endpoint this role's validation publishes on each GPU host
+Servers: the endpoint role sglang_server records on every GPU host (its local fact,
+hostvars[h].ansible_local.sglang_server.endpoint), only hosts that serve HTTP (single nodes and multi-node
+heads); a server bound to loopback is scraped only from its own host. Routers: where role sglang_router
+records its Prometheus endpoint (hostvars[h].ansible_local.sglang_router: prometheus_host, prometheus_port).
+A host whose role has recorded nothing yet is an error naming it (run that role first) when ``required``,
+else it is left out (the validation before any host changes: a new host's roles record on their first run).
+Node exporter and DCGM: the endpoint this role's validation publishes on each GPU host
 (hostvars[h].sglang_monitoring_exporter_endpoint).
 """
 
@@ -30,17 +31,36 @@ def _hostport(address, port):
     return f"{address}:{int(port)}"
 
 
+def local_fact(hostvars, host, role):
+    """What ``role`` recorded on ``host`` (hostvars[host].ansible_local[role]), or {}: none recorded, or the host's
+    facts not gathered in this run."""
+    try:
+        fact = hostvars[host]["ansible_local"][role]
+    except (KeyError, TypeError):
+        return {}
+    except Exception:  # an undefined Ansible variable raises its own error class
+        return {}
+    return fact if isinstance(fact, dict) else {}
+
+
+def _serves_http(endpoint):
+    return str(endpoint.get("serves_http")).lower() in ("true", "1")
+
+
 def sglang_monitoring_targets(groups, hostvars, me, server_group="gpu_hosts", router_group="sglang_routers",
-                              router_host="127.0.0.1", router_port=29000):
+                              required=True):
     jobs = {"sglang_server": [], "sglang_router": [], "node": [], "dcgm": []}
     errors = []
     for host in groups.get(server_group, []):
         hv = hostvars[host]
-        endpoint = hv.get("sglang_server_endpoint")
+        endpoint = local_fact(hostvars, host, "sglang_server").get("endpoint")
         if not endpoint:
-            errors.append(f"{host} (group {server_group}) has published no sglang_server_endpoint: run the play on it "
-                          f"too (no --limit that leaves it out), so that its server's address is known")
-        elif str(endpoint.get("serves_http")).lower() in ("true", "1"):
+            if required:
+                errors.append(f"{host} (group {server_group}) has no serving endpoint in its local fact "
+                              "ansible_local.sglang_server (/etc/ansible/facts.d/sglang_server.fact): run the server role "
+                              "on it first (playbooks/server.yml), and no --limit that leaves it out of this run (its "
+                              "facts are read), so that its server's address is known")
+        elif _serves_http(endpoint):
             local = host == me
             if str(endpoint.get("bind")) in LOOPBACK and not local:
                 errors.append(f"{host}'s server listens on {endpoint.get('bind')} (sglang_server_host): Prometheus on "
@@ -58,8 +78,16 @@ def sglang_monitoring_targets(groups, hostvars, me, server_group="gpu_hosts", ro
             jobs["dcgm"].append({"host": host, "target": _hostport(exporter["address"], exporter["dcgm_port"])})
     for host in groups.get(router_group, []):
         hv = hostvars[host]
-        bind = str(hv.get("sglang_router_prometheus_host", router_host))
-        port = hv.get("sglang_router_prometheus_port", router_port)
+        router = local_fact(hostvars, host, "sglang_router")
+        if "prometheus_port" not in router:
+            if required:
+                errors.append(f"{host} (group {router_group}) has no router in its local fact ansible_local.sglang_router "
+                              "(/etc/ansible/facts.d/sglang_router.fact): run the router role on it first "
+                              "(playbooks/router.yml), and no --limit that leaves it out of this run (its facts are read), "
+                              "so that where its router serves its metrics is known")
+            continue
+        bind = str(router.get("prometheus_host", ""))
+        port = router["prometheus_port"]
         if bind in LOOPBACK:
             if host != me:
                 errors.append(f"{host}'s router serves its metrics on {bind} (sglang_router_prometheus_host): Prometheus "

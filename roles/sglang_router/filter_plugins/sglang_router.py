@@ -1,27 +1,29 @@
-"""Filters of role sglang_router: the router's workers, from the servers' published endpoints.
+"""Filters of role sglang_router: the router's workers, from the endpoints the servers record.
 
-Every GPU host's server publishes where it serves (role sglang_server, ``tasks_from: endpoint``,
-also run by its validation): ``hostvars[host].sglang_server_endpoint``. The router does not
-derive any of it again; it only picks the hosts that serve HTTP (a single node, or the head of
-a multi-node group: the other ranks answer a health stub only, which a router would take for
-a healthy worker) and checks what concerns the router itself:
+Every GPU host's server records where it serves in its local fact (role sglang_server, on every run of the
+role): ``hostvars[host].ansible_local.sglang_server.endpoint``. The router does not derive any of it again;
+it only picks the hosts that serve HTTP (a single node, or the head of a multi-node group: the other ranks
+answer a health stub only, which a router would take for a healthy worker) and checks what concerns the
+router itself:
 
     {{ groups[sglang_router_worker_group] | sglang_router_endpoints(hostvars) }}
     -> [{"host": "gpu1", "url": "http://10.0.0.11:30000"}, ...]
 
+    {{ groups[sglang_router_worker_group] | sglang_router_endpoints(hostvars, required=false) }}
+    -> the same, leaving out the hosts whose server has recorded none yet (check mode: a new host's server
+       records its endpoint on its first run)
+
     {{ hosts | sglang_router_key_mismatches(hostvars, sglang_common_api_key) }}
-    -> names of the hosts whose server expects another API key (never the keys)
+    -> names of the hosts whose server is given another API key (sglang_common_api_key; never the keys)
 
 The drain (what a server still has in flight) is module sglang_router_drain's (library/).
 
 Bad inventories raise AnsibleFilterError with a message naming the hosts and the variable: no
-worker hosts, a GPU host whose endpoint was not published in this run, two hosts giving the
+worker hosts, a GPU host whose server has recorded no endpoint (required), two hosts giving the
 same URL.
 """
 
 from __future__ import annotations
-
-import hashlib
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -30,23 +32,32 @@ except ImportError:  # pragma: no cover - tests import the module without Ansibl
         pass
 
 
-def _endpoint(host, hostvars):
+def recorded_endpoint(host, hostvars):
+    """The endpoint ``host``'s server recorded (ansible_local.sglang_server.endpoint), or None."""
     try:
-        endpoint = hostvars[host]["sglang_server_endpoint"]
+        endpoint = hostvars[host]["ansible_local"]["sglang_server"]["endpoint"]
     except (KeyError, TypeError):
         endpoint = None
     except Exception:  # an undefined Ansible variable raises its own error class
         endpoint = None
-    if not endpoint:
+    return endpoint if isinstance(endpoint, dict) and endpoint else None
+
+
+def _endpoint(host, hostvars):
+    endpoint = recorded_endpoint(host, hostvars)
+    if endpoint is None:
         raise AnsibleFilterError(
-            f"{host} has no sglang_server_endpoint: its server settings were not checked in this run "
-            "(role sglang_server, tasks_from: endpoint; every playbook's validate-first play does it for the "
-            f"GPU hosts in the play). Is {host} left out by --limit? The router needs every GPU host in the play.")
+            f"{host} has no serving endpoint in its local fact ansible_local.sglang_server "
+            "(/etc/ansible/facts.d/sglang_server.fact): run the server role on it first (playbooks/server.yml, "
+            "role sglang_server, which records it on every run). If it ran, is its fact missing from this run "
+            f"(--limit leaving {host} out of every play, so its facts were not gathered)? The router needs every "
+            "GPU host of its worker group.")
     return endpoint
 
 
-def sglang_router_endpoints(hosts, hostvars):
-    """The GPU hosts that serve HTTP, in inventory order, with their URLs."""
+def sglang_router_endpoints(hosts, hostvars, required=True):
+    """The GPU hosts that serve HTTP, in inventory order, with their URLs; with ``required`` false, the hosts
+    whose server has recorded no endpoint yet are left out instead of failing."""
     hosts = list(hosts or [])
     if not hosts:
         raise AnsibleFilterError(
@@ -54,6 +65,8 @@ def sglang_router_endpoints(hosts, hostvars):
             "(add hosts to the group, e.g. gpu_hosts, or set sglang_router_worker_urls)")
     endpoints, urls = [], {}
     for host in hosts:
+        if not required and recorded_endpoint(host, hostvars) is None:
+            continue
         endpoint = _endpoint(host, hostvars)
         if not endpoint["serves_http"]:
             continue
@@ -68,9 +81,19 @@ def sglang_router_endpoints(hosts, hostvars):
 
 
 def sglang_router_key_mismatches(hosts, hostvars, key):
-    """Hosts whose server expects another API key than ``key`` (names only, never keys)."""
-    want = hashlib.sha256(str(key).encode()).hexdigest() if key else ""
-    return [h for h in hosts or [] if _endpoint(h, hostvars)["api_key_sha256"] != want]
+    """Hosts whose server is given another API key than ``key``: the shared setting sglang_common_api_key as the
+    inventory sets it for each (names only, never keys). The setting, not the hash a server recorded: a key
+    changed in this run is checked before any host changes, against what every server will be given."""
+    want = str(key or "")
+    found = []
+    for host in hosts or []:
+        try:
+            theirs = hostvars[host].get("sglang_common_api_key", "")
+        except (KeyError, TypeError):
+            theirs = ""
+        if str(theirs or "") != want:
+            found.append(host)
+    return found
 
 
 class FilterModule:

@@ -140,6 +140,20 @@ def test_every_target_is_up(host):
     assert {"SGLangServerDown", "SGLangBenchRegression", "SGLangAcceptLengthLow"} <= rules
 
 
+def test_the_targets_are_where_the_servers_and_the_router_recorded_they_serve(host):
+    """Prometheus scrapes what the roles recorded in their local facts (ansible_local.sglang_server's endpoint on
+    each GPU host, ansible_local.sglang_router on the router host), the one interface the monitoring reads."""
+    scraped = {(t["labels"]["job"], t["labels"]["host"]): urllib.parse.urlsplit(t["scrapeUrl"]).netloc for t in targets()}
+    for gpu in GPUS:
+        fact = json.loads(testinfra.get_host(f"podman://{gpu}").file("/etc/ansible/facts.d/sglang_server.fact").content_string)
+        assert fact["endpoint"]["serves_http"] is True and KEY not in json.dumps(fact)
+        assert scraped[("sglang_server", gpu)] == urllib.parse.urlsplit(fact["endpoint"]["url"]).netloc
+    router = host.file("/etc/ansible/facts.d/sglang_router.fact")
+    assert (router.user, router.group, router.mode) == ("root", "root", 0o644)
+    recorded = json.loads(router.content_string)
+    assert scraped[("sglang_router", ROUTER)].endswith(f":{recorded['prometheus_port']}")
+
+
 def test_the_gateway_exposes_the_worker_metrics_the_alerts_read(host):
     """The router alerts' inputs as Prometheus scrapes them from the real gateway (smg 1.13.0 since the migration):
     one smg_worker_health (1) and one smg_worker_cb_state (0, closed) per GPU host, labelled by worker URL."""

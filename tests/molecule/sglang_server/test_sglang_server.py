@@ -1,5 +1,6 @@
 """Verifier of molecule/sglang_server: the service as users get it, checked from outside."""
 
+import hashlib
 import json
 import os
 import re
@@ -17,9 +18,9 @@ HF = "hf_testonly_0d1e2f"
 URL = "http://127.0.0.1:30000"
 
 
-def curl(host, path, key=None):
+def curl(host, path, key=None, base=URL):
     auth = f"-H 'Authorization: Bearer {key}'" if key else ""
-    return host.run(f"curl -s -o /dev/null -w '%{{http_code}}' {auth} {URL}{path}").stdout
+    return host.run(f"curl -s -o /dev/null -w '%{{http_code}}' {auth} {base}{path}").stdout
 
 
 def wait_ready(host, timeout=60):
@@ -162,9 +163,18 @@ def test_the_local_facts_record_what_serves_and_the_launch_check_it_passed(host)
     """What other roles read of this one: ansible_local.sglang_server (what serves, the one previous) and the
     launch check role sglang_eagle3_patch ran before the start (0600: the settings carry the server's
     environment), which sglang_bench's tuner asks again before its restarts."""
-    served = json.loads(host.file("/etc/ansible/facts.d/sglang_server.fact").content_string)
+    fact_file = host.file("/etc/ansible/facts.d/sglang_server.fact")
+    assert (fact_file.user, fact_file.group, fact_file.mode) == ("root", "root", 0o644)
+    served = json.loads(fact_file.content_string)
     assert served["serving"] == host.file("/var/lib/sglang/serving-release").content_string.strip()
     assert served["serving_id"] == "r1-patched"
+    # Where it serves (roles sglang_router, sglang_bench and sglang_monitoring read it): the key's hash, never the key.
+    endpoint = served["endpoint"]
+    assert endpoint["local_url"] == "http://127.0.0.1:30000" and endpoint["port"] == 30000
+    assert (endpoint["serves_http"], endpoint["node_rank"], endpoint["nnodes"]) == (True, 0, 1)
+    assert endpoint["api_key_sha256"] == hashlib.sha256(KEY.encode()).hexdigest()
+    assert KEY not in fact_file.content_string
+    assert curl(host, "/v1/models", key=KEY, base=endpoint["local_url"]) == "200"
     fact = host.file("/etc/ansible/facts.d/sglang_eagle3_patch.fact")
     assert (fact.user, fact.group, fact.mode) == ("root", "root", 0o600)
     launch = json.loads(fact.content_string)["launch"]

@@ -2,9 +2,10 @@
 the real promtool (`check config`, which also loads the rule files; `check web-config`).
 
 The play runs on this machine over a local connection and only renders into a temporary directory: the
-role's validation computes the targets from the inventory (two GPU hosts, one a multi-node worker that
-serves no HTTP, a router whose metrics listen on all interfaces, a DCGM exporter on one host), then the
-templates are rendered with the role's own defaults and vars.
+role's validation computes the targets from the inventory and what its hosts' roles recorded (two GPU hosts
+whose servers recorded their endpoints, one a multi-node worker that serves no HTTP; a router that recorded
+its metrics on all interfaces; a DCGM exporter on one host), then the templates are rendered with the role's
+own defaults and vars. The targets filter alone: a host whose role recorded nothing yet.
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ import pytest
 import yaml
 
 import promtool as promtool_harness
-from repo import ROLES, ROOT
+from repo import ROLES, ROOT, load
 
 ROLE = ROLES / "sglang_monitoring"
 HASH = "$2b$12$hNf2lSsxfm0.i4a.1kVpSOVyBCfIB51VRjgBUyv6kdnyTlgWj81Ay"
 
 
 def endpoint(host: str, serves: bool) -> dict:
-    return {"host": host, "serves_http": serves, "url": f"http://{host}:30000", "local_url": "http://127.0.0.1:30000",
-            "bind": "0.0.0.0", "port": 30000}
+    """What the host's server recorded (role sglang_server's local fact, ansible_local.sglang_server)."""
+    return {"sglang_server": {"schema": 2, "endpoint": {
+        "host": host, "serves_http": serves, "url": f"http://{host}:30000", "local_url": "http://127.0.0.1:30000",
+        "bind": "0.0.0.0", "port": 30000}}}
 
 
 PLAY = """
@@ -57,11 +60,12 @@ def render(tmp_path, extra: dict) -> subprocess.CompletedProcess:
     (out / "rules").mkdir(parents=True)
     inv = {"all": {"children": {
         "gpu_hosts": {"hosts": {
-            "gpu1": {"sglang_server_endpoint": endpoint("gpu1", True),
+            "gpu1": {"ansible_local": endpoint("gpu1", True),
                      "sglang_monitoring_exporter_endpoint": {"address": "10.0.0.1", "port": 9100, "dcgm_port": 9400}},
-            "gpu2": {"sglang_server_endpoint": endpoint("gpu2", False),
+            "gpu2": {"ansible_local": endpoint("gpu2", False),
                      "sglang_monitoring_exporter_endpoint": {"address": "10.0.0.2", "port": 9100, "dcgm_port": 0}}}},
-        "sglang_routers": {"hosts": {"router1": {"ansible_host": "10.0.0.9", "sglang_router_prometheus_host": "0.0.0.0"}}},
+        "sglang_routers": {"hosts": {"router1": {"ansible_host": "10.0.0.9", "ansible_local": {"sglang_router": {
+            "schema": 1, "host": "0.0.0.0", "port": 30080, "prometheus_host": "0.0.0.0", "prometheus_port": 29001}}}}},
         "monitoring": {"hosts": {"localhost": {"ansible_connection": "local",
                                                "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inv))
@@ -93,7 +97,7 @@ def test_rendered_configuration_passes_promtool(tmp_path, auth) -> None:
     assert static["sglang_server"] == [("gpu1:30000", "gpu1")]  # gpu2 serves no HTTP (a multi-node worker)
     assert static["node"] == [("10.0.0.1:9100", "gpu1"), ("10.0.0.2:9100", "gpu2")]
     assert static["dcgm"] == [("10.0.0.1:9400", "gpu1")]
-    assert static["sglang_router"] == [("10.0.0.9:29000", "router1")]
+    assert static["sglang_router"] == [("10.0.0.9:29001", "router1")]  # the port the router recorded
     assert static["prometheus"] == [("10.0.0.8:9090", "localhost")]
     assert "--web.listen-address=10.0.0.8:9090" in (etc / "default-prometheus").read_text()
     if auth:
@@ -102,3 +106,27 @@ def test_rendered_configuration_passes_promtool(tmp_path, auth) -> None:
         assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.0.0.7:9093"]
         assert "test" not in (etc / "prometheus.yml").read_text().split()
         assert yaml.safe_load((etc / "web-config.yml").read_text()) == {"basic_auth_users": {"admin": HASH}}
+
+
+filters = load(ROLE / "filter_plugins" / "sglang_monitoring.py", "sglang_monitoring_filters")
+EXPORTER = {"sglang_monitoring_exporter_endpoint": {"address": "10.0.0.1", "port": 9100, "dcgm_port": 0}}
+
+
+@pytest.mark.parametrize("facts", [{}, {"ansible_local": {}}], ids=["not-gathered", "never-ran"])
+def test_a_host_whose_role_recorded_nothing_is_named_with_the_role_to_run_first(facts) -> None:
+    groups = {"gpu_hosts": ["gpu1", "gpu2"], "sglang_routers": ["router1"]}
+    hostvars = {"gpu1": {"ansible_local": endpoint("gpu1", True), **EXPORTER}, "gpu2": {**facts, **EXPORTER},
+                "router1": dict(facts)}
+    got = filters.sglang_monitoring_targets(groups, hostvars, "prom1")
+    assert got["jobs"]["sglang_server"] == [{"host": "gpu1", "target": "gpu1:30000"}]
+    assert got["jobs"]["sglang_router"] == []
+    assert len(got["errors"]) == 2, got["errors"]
+    assert got["errors"][0].startswith("gpu2 (group gpu_hosts) has no serving endpoint in its local fact "
+                                       "ansible_local.sglang_server (/etc/ansible/facts.d/sglang_server.fact): run the "
+                                       "server role on it first (playbooks/server.yml)")
+    assert got["errors"][1].startswith("router1 (group sglang_routers) has no router in its local fact "
+                                       "ansible_local.sglang_router (/etc/ansible/facts.d/sglang_router.fact): run the "
+                                       "router role on it first (playbooks/router.yml)")
+    # The validation before any host changes: those not recorded yet are left out, nothing else changes.
+    lenient = filters.sglang_monitoring_targets(groups, hostvars, "prom1", required=False)
+    assert lenient["errors"] == [] and lenient["jobs"] == got["jobs"]

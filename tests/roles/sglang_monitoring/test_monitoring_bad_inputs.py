@@ -4,6 +4,9 @@ The inventory is this machine over a local connection, in gpu_hosts, sglang_rout
 once, with the demo inventory's settings; the playbook runs in check mode (nothing could change even if
 validation let a bad value through), and each failure must come from the validate-first play, before
 any play of the monitoring itself. tests/molecule/multihost proves the good settings on real hosts.
+Each host's server and router have run: what they recorded (ansible_local.sglang_server's endpoint on port
+30000, ansible_local.sglang_router on 30080 with its metrics on 29000) is given as the host's ansible_local,
+with fact gathering off (ANSIBLE_GATHERING=explicit), since every host of the inventory is this machine.
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ import bad_inputs
 from repo import ROOT
 
 PLAYBOOK = ROOT / "playbooks" / "monitoring.yml"
+# What the host's server and router recorded (roles sglang_server and sglang_router, their defaults).
+RECORDED = {"sglang_server": {"schema": 2, "endpoint": {
+                "host": "localhost", "serves_http": True, "group": "", "node_rank": 0, "nnodes": 1,
+                "address": "127.0.0.1", "port": 30000, "url": "http://127.0.0.1:30000", "bind": "127.0.0.1",
+                "local_url": "http://127.0.0.1:30000", "api_key_sha256": ""}},
+            "sglang_router": {"schema": 1, "host": "127.0.0.1", "port": 30080, "prometheus_host": "127.0.0.1",
+                              "prometheus_port": 29000}}
 GOOD_HASH = "$2b$12$hNf2lSsxfm0.i4a.1kVpSOVyBCfIB51VRjgBUyv6kdnyTlgWj81Ay"
 
 CASES = [
@@ -47,6 +57,8 @@ CASES = [
      "sglang_monitoring_tls_key_file"),
     ("a baseline without tok/s", {"sglang_monitoring_bench_baseline": {"eagle3": {"accept_length": 2.4}}},
      "sglang_monitoring_bench_baseline"),
+    ("the router's metrics port set here", {"sglang_monitoring_router_metrics_port": 29001},
+     "sglang_monitoring_router_metrics_host and sglang_monitoring_router_metrics_port are no longer read"),
 ]
 
 
@@ -54,12 +66,13 @@ def run(tmp_path, extra: dict) -> subprocess.CompletedProcess:
     inv = tmp_path / "inventory"
     inv.mkdir()
     (inv / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
-    host = {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}
+    host = {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                          "ansible_local": RECORDED}}
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
         "gpu_hosts": {"hosts": host}, "monitoring": {"hosts": {"localhost": {}}},
         "sglang_routers": {"hosts": {"localhost": {"sglang_router_host": "127.0.0.1"}}}}}}))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
-               ANSIBLE_NOCOLOR="1")
+               ANSIBLE_NOCOLOR="1", ANSIBLE_GATHERING="explicit")
     return subprocess.run(["ansible-playbook", "-i", str(inv), str(PLAYBOOK), "--check",
                            "-e", json.dumps({"sglang_server_preflight_checks": False, **extra}),
                            "--skip-tags", "monitoring"],
@@ -81,13 +94,14 @@ def run_batch(tmp_path, cases: dict[str, dict]) -> subprocess.CompletedProcess:
     (inv / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
     hosts = {bad_inputs.alias(case): {"ansible_connection": "local",
                                       "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                                      "sglang_router_host": "127.0.0.1", "sglang_server_preflight_checks": False, **extra}
+                                      "sglang_router_host": "127.0.0.1", "sglang_server_preflight_checks": False,
+                                      "ansible_local": RECORDED, **extra}
              for case, extra in cases.items()}
     names = {name: {} for name in hosts}
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts, "children": {
         "gpu_hosts": {"hosts": names}, "monitoring": {"hosts": names}, "sglang_routers": {"hosts": names}}}}))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
-               ANSIBLE_NOCOLOR="1")
+               ANSIBLE_NOCOLOR="1", ANSIBLE_GATHERING="explicit")
     return subprocess.run(["ansible-playbook", "-i", str(inv), str(PLAYBOOK), "--check", "--skip-tags", "monitoring"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 

@@ -1,7 +1,9 @@
 """Bad inventories fail in the router play's validation, before any host changes, naming the problem.
 
 Runs the real playbooks/router.yml with Ansible against throwaway inventories of local hosts,
-in check mode and limited to the validation phase (tag sglang_router_validate).
+in check mode and limited to the validation phase (tag sglang_router_validate). What a GPU host's server
+recorded (ansible_local.sglang_server) is given as the host's ansible_local with fact gathering off
+(ANSIBLE_GATHERING=explicit), since every host of these inventories is this machine.
 """
 
 import os
@@ -20,7 +22,7 @@ def run_router_validation(tmp_path, inventory):
     inv = tmp_path / "hosts.yml"
     inv.write_text(yaml.safe_dump(inventory))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+               ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_GATHERING="explicit")
     proc = subprocess.run(["ansible-playbook", "-i", str(inv), str(ROOT / "playbooks" / "router.yml"),
                            "--check", "--tags", "sglang_router_validate"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -56,12 +58,24 @@ def test_no_gpu_hosts_fails(tmp_path):
     assert "changed=0" in out
 
 
-def test_router_port_equal_to_the_server_port_on_one_host_fails(tmp_path):
-    gpus = dict(GOOD, router1=local(ansible_host="10.0.0.13"))
+def served(host, address, port=30000):
+    """The local fact of a GPU host whose server ran: the endpoint role sglang_server recorded."""
+    return {"sglang_server": {"schema": 2, "endpoint": {
+        "host": host, "serves_http": True, "group": "", "node_rank": 0, "nnodes": 1, "address": address, "port": port,
+        "url": f"http://{address}:{port}", "bind": "0.0.0.0", "local_url": f"http://127.0.0.1:{port}",
+        "api_key_sha256": ""}}}
+
+
+def test_router_port_equal_to_the_port_its_hosts_server_recorded_fails(tmp_path):
+    gpus = dict(GOOD, router1=local(ansible_host="10.0.0.13", ansible_local=served("router1", "10.0.0.13")))
     rc, out = run_router_validation(tmp_path, inventory(gpus, router_vars={"sglang_router_port": 30000}))
     assert rc != 0, out[-3000:]
     assert "router1 runs an SGLang server on port 30000 and sglang_router_port is the same" in out
     assert "changed=0" in out
+    # The same host before its server's first run: nothing recorded to compare yet (the router's own run checks it).
+    gpus = dict(GOOD, router1=local(ansible_host="10.0.0.13"))
+    rc, out = run_router_validation(tmp_path, inventory(gpus, router_vars={"sglang_router_port": 30000}))
+    assert rc == 0, out[-3000:]
 
 
 def test_duplicate_node_ranks_fail(tmp_path):

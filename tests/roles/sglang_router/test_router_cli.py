@@ -1,9 +1,9 @@
 """Every flag the router's unit renders parses in the pinned release's own argument parser, with its value.
 
 The unit is rendered by Ansible from the role's template (playbooks below, on local hosts of a test
-inventory: the servers publish their endpoints, the router role validates and renders), its ExecStart
-is read back as systemd reads it, and the argv after the launcher's ``--`` goes through the real
-parser of the release the role pins (tests/harness/router_cli.py: the PyPI wheel's own
+inventory: the servers record their endpoints, tests/harness/server_facts.py; the router role validates and
+renders), its ExecStart is read back as systemd reads it, and the argv after the launcher's ``--`` goes
+through the real parser of the release the role pins (tests/harness/router_cli.py: the PyPI wheel's own
 ``RouterArgs``). Once with the role's defaults, once with every setting changed, so each variable is
 seen to reach its flag, and the flag its field.
 """
@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 import router_cli
+import server_facts
 from repo import ROOT
 from simtruth import free_port
 
@@ -65,15 +66,12 @@ SETTINGS = {
 CHANGED = {var: value for var, (_field, value) in SETTINGS.items()} | {"sglang_router_timeout_stop_sec": 250}
 WORKERS = ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
 
-PLAYBOOK = """
-- hosts: gpu_hosts
-  gather_facts: false
-  tasks:
-    - ansible.builtin.include_role: {name: sglang_server, tasks_from: endpoint}
+PLAYBOOK = server_facts.RECORD_PLAY.format(hosts="gpu_hosts") + """
 - hosts: sglang_routers
   gather_facts: false
   tasks:
     - ansible.builtin.include_role: {name: sglang_router, tasks_from: validate, public: true}
+    - ansible.builtin.include_role: {name: sglang_router, tasks_from: endpoints, public: true}
     - ansible.builtin.template:
         src: "{{ unit_template }}"
         dest: "{{ out }}"
@@ -99,10 +97,10 @@ def render_unit(tmp_path, router_vars):
     (tmp_path / "hosts.json").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     out = tmp_path / "sglang-router.service"
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
-               ANSIBLE_NOCOLOR="1")
+    env = server_facts.env()
     proc = subprocess.run(
         ["ansible-playbook", "-i", str(tmp_path / "hosts.json"), str(tmp_path / "play.yml"), "-e", f"out={out}",
+         "-e", f"facts_root={tmp_path / 'hosts'}",
          "-e", f"unit_template={ROOT / 'roles/sglang_router/templates/sglang-router.service.j2'}",
          "-e", f"env_template={ROOT / 'roles/sglang_router/templates/sglang-router.env.j2'}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import router_cli
+import server_facts
 from repo import ROOT
 from simtruth import sim_command, sim_path_env
 
@@ -224,13 +225,13 @@ def leave_or_join(cluster, tmp_path, entry, with_router=True, **variables):
         "sglang_router_host": "127.0.0.1", "sglang_router_port": router_port,
         "sglang_server_advertise_address": "127.0.0.1", "sglang_router_drain_timeout": 30, **variables}}}
     (tmp_path / "hosts.json").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(json.dumps([{
+    # The GPU host's server has run: its endpoint recorded as role sglang_server records it (tests/harness/server_facts.py).
+    (tmp_path / "play.yml").write_text(server_facts.RECORD_PLAY.format(hosts="gpu_hosts") + yaml.safe_dump([{
         "name": "leave or join", "hosts": "gpu_hosts", "gather_facts": False,
         "tasks": [{"name": "entry", "ansible.builtin.include_role": {"name": "sglang_router", "tasks_from": entry}}]}]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
-               ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.json"), str(tmp_path / "play.yml")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(["ansible-playbook", "-i", str(tmp_path / "hosts.json"), str(tmp_path / "play.yml"),
+                           "-e", f"facts_root={tmp_path / 'hosts'}"],
+                          cwd=ROOT, env=server_facts.env(), capture_output=True, text=True, timeout=180)
     return proc, time.monotonic()
 
 

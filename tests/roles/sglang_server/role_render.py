@@ -30,7 +30,7 @@ SDIST_RELEASES = ("0.5.9", "0.5.10")  # the later ones publish wheels only
 # The files of the sglang package the features tool reads.
 FEATURE_FILES = ("_version.py", "srt/environ.py", "srt/server_args.py", "srt/arg_groups/fields/",
                  "srt/distributed/device_communicators/pcie_ipc_ar.py")
-# What the role's own tasks set before rendering (tasks/model.yml, endpoint.yml): a single node.
+# What the role's own tasks set before rendering (tasks/model.yml, validate.yml): a single node.
 TASK_FACTS = {"__sglang_server_model_dir": "/var/lib/sglang/models/target",
               "__sglang_server_draft_dir": "/var/lib/sglang/models/draft",
               "__sglang_server_model_name": "moonshotai/Kimi-K2.5",

@@ -209,9 +209,9 @@ RENDER_PLAY = """\
         dest: "{out}/{{{{ inventory_hostname }}}}.env"
         mode: "0600"
 
-    - name: Write the facts other roles read
+    - name: Write the endpoint (recorded for other roles in ansible_local.sglang_server) and the plan
       ansible.builtin.copy:
-        content: "{{{{ {{'endpoint': sglang_server_endpoint, 'plan': __sglang_server_plan}} | to_json }}}}"
+        content: "{{{{ {{'endpoint': __sglang_server_endpoint, 'plan': __sglang_server_plan}} | to_json }}}}"
         dest: "{out}/{{{{ inventory_hostname }}}}.json"
         mode: "0600"
 """
