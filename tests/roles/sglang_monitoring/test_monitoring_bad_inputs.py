@@ -74,7 +74,7 @@ def run(tmp_path, extra: dict) -> subprocess.CompletedProcess:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_GATHERING="explicit")
     return subprocess.run(["ansible-playbook", "-i", str(inv), str(PLAYBOOK), "--check",
-                           "-e", json.dumps({"sglang_server_preflight_checks": False, **extra}),
+                           "-e", json.dumps(extra),
                            "--skip-tags", "monitoring"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
@@ -94,7 +94,7 @@ def run_batch(tmp_path, cases: dict[str, dict]) -> subprocess.CompletedProcess:
     (inv / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
     hosts = {bad_inputs.alias(case): {"ansible_connection": "local",
                                       "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                                      "sglang_router_host": "127.0.0.1", "sglang_server_preflight_checks": False,
+                                      "sglang_router_host": "127.0.0.1",
                                       "ansible_local": RECORDED, **extra}
              for case, extra in cases.items()}
     names = {name: {} for name in hosts}
