@@ -63,3 +63,35 @@ def test_the_config_parser_is_where_the_release_imports_it(version, module):
     assert f"from {module} import ConfigArgumentMerger" in rr.release_member(version, "srt/server_args.py")
     assert "class ConfigArgumentMerger" in rr.release_member(version, module.removeprefix("sglang.").replace(".", "/") + ".py")
     assert module in args_check.CONFIG_PARSER_MODULES
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_the_overlapped_weight_load_excludes_what_the_role_serves(version):
+    """Why the role renders no --startup-weight-load-mode (issue 42 item 2: "the overlap mode where the release has
+    it"): 0.5.17 has no such field; 0.5.23 has it (default "serial") and refuses "overlap" for a speculative
+    algorithm, a draft worker, a quantized or a multimodal model and any architecture but dense Llama and Qwen2/3,
+    while every server this role starts runs EAGLE-3, and Kimi-K2.5 is INT4 and multimodal. When a release lifts
+    these, this test fails and the role should render the mode where it applies."""
+    fields = rr.release_member(version, "srt/arg_groups/fields/model.py") or ""
+    overlap = rr.release_member(version, "srt/model_executor/model_runner_components/startup_weight_load.py")
+    if version == "0.5.17":
+        assert "startup_weight_load_mode" not in (rr.release_member(version, "srt/server_args.py") or "") + fields
+        assert overlap is None
+        return
+    assert 'Literal["serial", "overlap"]' in fields and '] = "serial"' in fields.split("startup_weight_load_mode", 1)[1]
+    for refusal in ('"speculative decoding is not supported"', '"draft workers are not supported"',
+                    '"quantization is not supported"', '"multimodal models are not supported"'):
+        assert refusal in overlap, refusal
+    supported = overlap.split("_SUPPORTED_ARCHITECTURES = frozenset(", 1)[1].split(")", 1)[0]
+    assert "Kimi" not in supported and "Deepseek" not in supported and "LlamaForCausalLM" in supported
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_the_fastsafetensors_loader_takes_gpudirect_storage_unless_told(version):
+    """Why the role renders no --load-format fastsafetensors by default: the loader's GPUDirect Storage path is on
+    unless --model-loader-extra-config says {"enable_gds": false} (a host without GDS set up failed its start with
+    cuFile error 5027 on the H100 test bed, docs/validation/restart-h200/fst), and that extra config goes to the
+    draft's loader too."""
+    loader = rr.release_member(version, "srt/model_loader/loader.py")
+    assert 'extra_config.get("enable_gds", True)' in loader
+    assert "def fastsafetensors_weights_iterator" in rr.release_member(version, "srt/model_loader/weight_utils.py")
