@@ -639,7 +639,10 @@ class RestartProof(sp.Proof):
     def prewarm(self, label: str) -> dict[str, Any] | None:
         """The role's page-cache warm-up over the checkpoint, as a planned restart would run it."""
         out = self.work / "facts" / f"prewarm-{label}.json"
-        rc, text, wall = self.run("prewarm", [sys.executable, str(WARM_TOOL), str(self.target), "--reserve-gib", "16",
+        # Both models the server loads, as the role passes them (the draft too where it has weights: the
+        # 2026-12-07 H100 run warmed the target alone and its draft's load read the disk, 1.98 s).
+        models = [str(self.target), *([str(self.draft)] if self.draft_has_weights() else [])]
+        rc, text, wall = self.run("prewarm", [sys.executable, str(WARM_TOOL), *models, "--reserve-gib", "16",
                                               "--progress-s", "5", "--json", str(out)], 600,
                                   log=self.work / "facts" / f"prewarm-{label}.log")
         data = json.loads(out.read_text()) if out.exists() else None

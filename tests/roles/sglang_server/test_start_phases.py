@@ -189,13 +189,15 @@ def test_a_start_that_failed_after_its_weights_keeps_the_weights_and_names_the_e
     assert any("Model loader extra config is not supported for load format LoadFormat.DUMMY" in e for e in r["errors"])
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in RESTART.glob("*.log.gz")))
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(RESTART.parent)) for p in RESTART.parent.glob("**/starts/*.log.gz")))
 def test_every_start_of_issue_42_reads_as_the_proof_recorded_it(name):
-    recorded = json.loads((RESTART / name.replace(".log.gz", ".phases.json")).read_text())
+    """Every recorded start of docs/validation/restart-h200: BEFORE, AFTER, fst and the loaders compared."""
+    log = RESTART.parent / name
+    recorded = json.loads(log.with_name(log.name.replace(".log.gz", ".phases.json")).read_text())
     # Anchored where the proof anchored it (its launch), through the first line: the log's stamps are
     # the device's local time, read here in this machine's.
-    first = read_log(RESTART / name)["first_line_epoch"]
-    r = read_log(RESTART / name, started=first - recorded["marks"]["first_line"])
+    first = read_log(log)["first_line_epoch"]
+    r = read_log(log, started=first - recorded["marks"]["first_line"])
     # (to 0.01 s: the proof's launch had microseconds, the first line's offset here is rounded)
     assert {k: v for k, v in r["marks"].items() if v is not None} == pytest.approx(
         {k: v for k, v in recorded["marks"].items() if v is not None}, abs=0.011)
@@ -204,7 +206,11 @@ def test_every_start_of_issue_42_reads_as_the_proof_recorded_it(name):
     for mine, theirs in ((r["weights"], recorded["weights"]), (r["cuda_graphs"], recorded["cuda_graphs"])):
         assert [{k: v for k, v in x.items() if k not in ("begin", "end")} for x in mine] == [
             {k: v for k, v in x.items() if k not in ("begin", "end")} for x in theirs]
-    assert r["weights"][0]["mem_usage_gib"] == 32.06  # the 34.36 GB checkpoint, printed in GiB
+    if name == "fst/starts/h100-fst-b-02-warm-fst.log.gz":  # GPUDirect Storage refused the first shard: no weights
+        assert r["weights"] == [] and any("cuFileHandleRegister" in e for e in r["errors"]), r["errors"]
+        return
+    # the 34.36 GB checkpoint, printed in GiB; fastsafetensors left twice that allocated (docs/validation/restart-h200)
+    assert r["weights"][0]["mem_usage_gib"] == (64.09 if name.endswith("fst.log.gz") else 32.06)
 
 
 # --- --record: one record per start (TEST DOUBLES of systemctl and journalctl on PATH: this machine runs no
