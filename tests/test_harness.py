@@ -399,3 +399,19 @@ def test_a_failed_jobs_digest_names_the_failing_test_through_molecules_prefixes(
                       "=================== 1 failed, 5 passed in 301.20s (0:05:01) ===================",
                       "ERROR    Verifier tests failed"]
     assert run_tests.failure_digest(["ok"] * 3) == []
+
+
+def test_the_times_table_shows_each_jobs_cpu_against_its_budget_and_marks_one_over(monkeypatch):
+    """Issue 41 item 4: each job's CPU-seconds printed beside its budget; one that took more is marked."""
+    import run_tests
+
+    scenarios = next(x for x in (ROOT / "Makefile").read_text().splitlines() if x.startswith("SCENARIOS ?="))
+    jobs = {"lint", "pytest-1", "pytest-2", "pytest-timing"} | {f"molecule-{s}" for s in scenarios.split("=", 1)[1].split()}
+    assert set(run_tests.CPU_BUDGET) == jobs, "every job make test runs has a CPU budget, and only those"
+    assert all(isinstance(v, int) and v > 0 for v in run_tests.CPU_BUDGET.values())
+    monkeypatch.setattr(run_tests, "CPU_BUDGET", {"lint": 70})
+    under, over, unbudgeted = (run_tests.Job(name, [], cpu=cpu) for name, cpu in
+                               (("lint", 69.6), ("lint", 70.4), ("molecule-new", 5.0)))
+    assert run_tests.budget_column(under) == "    70 s"
+    assert run_tests.budget_column(over) == "    70 s OVER"
+    assert run_tests.budget_column(unbudgeted).strip() == ""

@@ -44,12 +44,28 @@ class Job:
     log: Path = field(default=Path())
 
 
-# Seconds per job (this machine kind, 2026-12-02, two at a time, the suite 2462 s; multihost and sglang_bench
-# from 2026-12-03, beside each other, with the simulator's clock at three times the reference host's).
-EXPECTED = {"molecule-multihost": 1026, "pytest-2": 721, "molecule-sglang_bench": 646, "molecule-sglang_build": 520,
-            "molecule-default": 508, "pytest-1": 354, "molecule-sglang_model": 258, "molecule-sglang_server": 193,
-            "lint": 104, "molecule-nvidia_cuda": 98, "molecule-sglang_eagle3_patch": 98, "molecule-gpu_preflight": 87,
-            "molecule-nvidia_cuda_preinstalled": 62}
+# Seconds per job (this machine kind, two at a time): the clean-clone CI run of 2026-12-07 (stop 48; the suite
+# 2736 s), multihost from its passing runs (1320-1540 s), pytest-2 with the tuner's acceptance tests added since
+# (about 300 s more at that run's pace).
+EXPECTED = {"molecule-multihost": 1400, "pytest-2": 1250, "molecule-default": 656, "molecule-sglang_bench": 653,
+            "pytest-1": 363, "molecule-sglang_server": 315, "molecule-sglang_build": 289, "molecule-sglang_model": 208,
+            "molecule-gpu_preflight": 99, "molecule-nvidia_cuda": 90, "lint": 73, "molecule-sglang_eagle3_patch": 72,
+            "molecule-nvidia_cuda_preinstalled": 53}
+
+
+# CPU-seconds each job may take (user + sys of the job and every process it waited for; the test hosts'
+# services are not the job's: they count in the machine's total only), printed beside what it took; a job
+# over its budget is marked, not failed (a busy machine costs some CPU too). Issue 41 item 4: `make test` on
+# a clean clone within SUITE_WALL seconds and SUITE_CPU CPU-seconds of the whole machine, test hosts included.
+# The budgets are what each job took in its last passing clean-clone run plus 10% (stop 48 of 2026-12-07; multihost,
+# pytest-2, sglang_bench and sglang_build from the 01:42-02:43 run of the same day, their code as it is now, on a
+# machine that also ran another checkout's tests, so that polling jobs such as sglang_bench took more): a
+# regression shows as OVER. Together they are above SUITE_CPU: the suite does not meet issue 41's budget yet.
+CPU_BUDGET = {"molecule-multihost": 1570, "pytest-2": 1400, "molecule-sglang_bench": 840, "pytest-1": 390,
+              "molecule-default": 300, "molecule-sglang_build": 290, "molecule-sglang_server": 180,
+              "molecule-sglang_model": 150, "lint": 70, "molecule-gpu_preflight": 63, "pytest-timing": 56,
+              "molecule-nvidia_cuda": 51, "molecule-sglang_eagle3_patch": 46, "molecule-nvidia_cuda_preinstalled": 36}
+SUITE_WALL, SUITE_CPU = 2400, 3600
 
 
 def log(msg: str) -> None:
@@ -152,11 +168,15 @@ def run_suite(args: argparse.Namespace, logs: Path, scenarios: list[str]) -> int
     total = time.monotonic() - began
     busy, all_ticks = (a - b for a, b in zip(cpu_ticks(), ticks, strict=True))
     print(f"\n== times ({args.jobs} jobs at a time, then the timing tests alone)")
-    print(f"{'job':32s} {'wall':>7s}   {'CPU':>6s}")
+    print(f"{'job':32s} {'wall':>7s}   {'CPU':>6s}   {'budget':>6s}")
     for job in jobs:
-        print(f"{job.name:32s} {job.seconds:7.0f} s {job.cpu:6.0f} s  {'ok' if job.rc == 0 else 'FAILED (rc %s)' % job.rc}")
+        print(f"{job.name:32s} {job.seconds:7.0f} s {job.cpu:6.0f} s {budget_column(job)}  "
+              f"{'ok' if job.rc == 0 else 'FAILED (rc %s)' % job.rc}")
+    machine_cpu = busy / os.sysconf("SC_CLK_TCK")
     print(f"{'all':32s} {total:7.0f} s; the machine's CPUs {100 * busy / max(1, all_ticks):.0f}% busy "
-          f"({busy / os.sysconf('SC_CLK_TCK'):.0f} CPU-s, test hosts included)")
+          f"({machine_cpu:.0f} CPU-s, test hosts included)")
+    print(f"{'suite budget':32s} {SUITE_WALL:7d} s {SUITE_CPU:6d} s  "
+          f"{'within' if total <= SUITE_WALL and machine_cpu <= SUITE_CPU else 'OVER'} (wall; the machine's CPU-s)")
     failed = [j for j in jobs if j.rc != 0]
     for job in failed:
         lines = job.log.read_text(errors="replace").splitlines()
@@ -167,6 +187,14 @@ def run_suite(args: argparse.Namespace, logs: Path, scenarios: list[str]) -> int
         print(f"\n== {job.name} failed; last lines of {job.log}:")
         print("\n".join(lines[-60:]))
     return 1 if failed else 0
+
+
+def budget_column(job: Job) -> str:
+    """The job's CPU budget, and OVER where it took more (blank for a job without one)."""
+    budget = CPU_BUDGET.get(job.name)
+    if budget is None:
+        return " " * 8
+    return f"{budget:6d} s{' OVER' if job.cpu > budget else ''}"
 
 
 # Molecule prefixes what its steps print ("  │ "); pytest's and Ansible's own failure lines under it.

@@ -46,11 +46,35 @@ def site_packages(venv: Path) -> Path:
     return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
+# What the tests run in these venvs imports sglang.srt.server_args (the role's ServerArgs check, with -B: it writes
+# no bytecode into a release). Installed with --no-compile and unpacked from the sdist, the venv had no bytecode,
+# so every such process compiled the whole closure again: 16-18 CPU-s instead of about 6 here. A release pip
+# installs has its bytecode; these get that of the closure once, by importing it (bytecode.json says so).
+WARM = "import sglang; from sglang.srt import server_args; from sglang.version import __version__"
+
+
+def warm(venv: Path) -> None:
+    """Write the bytecode of the ServerArgs import closure into the venv, once (the outcome in bytecode.json)."""
+    marker = venv / "bytecode.json"
+    if marker.exists():
+        return
+    started = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # the Makefile sets it
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", WARM], capture_output=True, text=True, check=False,
+                          env=dict(env, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
+    tmp = marker.with_name(f"bytecode.json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"import": WARM, "rc": proc.returncode, "stderr": proc.stderr[-2000:],
+                               "seconds": round(time.monotonic() - started, 1)}, indent=2) + "\n")
+    tmp.replace(marker)
+
+
 def ensure(version: str) -> Path:
-    """The venv of release `version` (built if missing); its bin/python imports sglang."""
+    """The venv of release `version` (built if missing, its ServerArgs closure's bytecode written once); its
+    bin/python imports sglang."""
     key = hashlib.sha256(json.dumps([requirements(version), sys.version_info[:2]]).encode()).hexdigest()[:12]
     dest = ROOT / f"sglang-{version}-{key}"
     if (dest / "build.json").exists():
+        warm(dest)
         return dest
     part = dest.with_name(dest.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
@@ -75,6 +99,7 @@ def ensure(version: str) -> Path:
         "install_seconds": round(installed - venv_made, 1), "total_seconds": round(time.monotonic() - started, 1),
     }, indent=2) + "\n")
     part.rename(dest)  # nothing in a venv made --without-pip names its own directory
+    warm(dest)  # after the rename: the bytecode records where its sources are
     return dest
 
 
