@@ -6,6 +6,7 @@ the scenario's podman network, as clients would reach a router. Figures are prin
 written to $MOLECULE_EPHEMERAL_DIRECTORY/multihost-figures.json.
 """
 
+import configparser
 import json
 import os
 import re
@@ -121,9 +122,21 @@ class Traffic:
             t.join(timeout=120)
 
 
-def playbook(name, *extra):
+def configured_callbacks():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    return cfg.get("defaults", "callbacks_enabled", fallback="")
+
+
+def playbook(name, *extra, task_times=None):
+    """ansible-playbook name; with task_times (a path), every task's start and each host's result is also written
+    there with its time (tests/harness/callback_plugins/sglang_task_times.py)."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    if task_times:
+        env.update(ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "harness" / "callback_plugins"),
+                   ANSIBLE_CALLBACKS_ENABLED=",".join(filter(None, [configured_callbacks(), "sglang_task_times"])),
+                   SGLANG_TEST_TASK_TIMES=str(task_times))
     started = time.monotonic()
     proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
                            str(ROOT / "playbooks" / name), *extra],
