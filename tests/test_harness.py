@@ -452,8 +452,18 @@ def test_the_rollout_timeline_says_which_points_it_did_not_see():
     never_down = [dict(s, loads={host: 0, other: 2}) for s in samples]  # the server never stopped answering
     rows = rt.timeline(events, never_down, host, other, url)
     assert rt.missing(rows) == ["stopped", "answers"]
-    late = [dict(e, t=e["t"] + 100) if e["task"] == rt.JOIN else e for e in events]  # the join before the restart
-    rows = rt.timeline(late, samples, host, other, url)
+    early = [dict(e, t=e["t"] - 30) if e["task"] == rt.JOIN else e for e in events]  # the join before the restart
+    rows = rt.timeline(early, samples, host, other, url)
+    assert not rt.in_order(rows)
+    # A sampled point up to a second after the task that follows it (the next sample) is in order; two are not.
+    rows = rt.timeline(events, samples, host, other, url)
+    for row in rows:
+        if row["point"] == "drain":
+            row["t"] = next(r["t"] for r in rows if r["point"] == "left") - 0.9
+    assert rt.in_order(rows)
+    for row in rows:
+        if row["point"] == "drain":
+            row["t"] -= 1.2
     assert not rt.in_order(rows)
 
 
