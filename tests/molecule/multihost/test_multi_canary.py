@@ -300,6 +300,7 @@ def check_timeline(traffic, times):
     rows = rollout_timeline.timeline(events, traffic.samples, host, other, URLS[host])
     TIMELINE.write_text(json.dumps({"host": host, "rows": rows, "tasks": events, "samples": traffic.samples}) + "\n")
     print(f"rollout timeline of {host} ({TIMELINE}):\n" + rollout_timeline.markdown(rows, host))
+    print("its drain said: " + next((r["note"] for r in rows if r["point"] == "drained"), "-"))
     assert rollout_timeline.missing(rows) == [], (rollout_timeline.missing(rows), rows)
     assert rollout_timeline.in_order(rows), rows
     at = {r["point"]: r for r in rows}
