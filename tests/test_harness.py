@@ -471,7 +471,8 @@ def test_the_task_times_callback_writes_each_start_and_result_without_hidden_mes
     play = tmp_path / "play.yml"
     play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
                     "    - {name: Said, ansible.builtin.assert: {that: true, success_msg: drained in 1 s}}\n"
-                    "    - {name: Hidden, ansible.builtin.debug: {msg: not-for-the-log}, no_log: true}\n")
+                    "    - {name: Hidden, ansible.builtin.debug: {msg: not-for-the-log}, no_log: true}\n"
+                    "    - {name: Failed, ansible.builtin.fail: {msg: \"it failed, said so\"}, ignore_errors: true}\n")
     times = tmp_path / "times.jsonl"
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "harness" / "callback_plugins"),
@@ -481,7 +482,8 @@ def test_the_task_times_callback_writes_each_start_and_result_without_hidden_mes
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = [json.loads(line) for line in times.read_text().splitlines()]
     assert [(e["event"], e["task"], e["host"]) for e in lines] == [
-        ("start", "Said", ""), ("ok", "Said", "localhost"), ("start", "Hidden", ""), ("ok", "Hidden", "localhost")]
-    assert lines[1]["msg"] == "drained in 1 s" and "msg" not in lines[3]
+        ("start", "Said", ""), ("ok", "Said", "localhost"), ("start", "Hidden", ""), ("ok", "Hidden", "localhost"),
+        ("start", "Failed", ""), ("failed", "Failed", "localhost")]
+    assert lines[1]["msg"] == "drained in 1 s" and "msg" not in lines[3] and lines[5]["msg"] == "it failed, said so"
     assert lines[0]["t"] <= lines[1]["t"] <= lines[2]["t"]
     assert "not-for-the-log" not in times.read_text()

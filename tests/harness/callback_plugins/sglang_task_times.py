@@ -9,8 +9,8 @@ Enabled for one ansible-playbook with ``ANSIBLE_CALLBACK_PLUGINS=tests/harness/c
 ``ANSIBLE_CALLBACKS_ENABLED=sglang_task_times`` (beside the configured ones) and the file in
 ``SGLANG_TEST_TASK_TIMES``; without that variable it writes nothing. One line per event:
 ``{"t": <epoch seconds>, "event": "start" | "ok" | "failed" | "skipped" | "unreachable" | "included",
-"task": "<role> : <name>", "host": "<inventory host>"}``, and ``"msg"`` where an ok result has a message
-(an assert's success message, a debug's; what the default output prints too, so no secret: no_log
+"task": "<role> : <name>", "host": "<inventory host>"}``, and ``"msg"`` where an ok or failed result has a
+message (an assert's, a debug's, a failure's; what the default output prints too, so no secret: no_log
 results carry none).
 """
 
@@ -50,7 +50,7 @@ class CallbackModule(CallbackBase):
             return
         line = {"t": round(time.time(), 3), "event": event, "task": task.get_name() if task else "", "host": host}
         if isinstance(msg, str) and msg:
-            line["msg"] = msg[:2000]
+            line["msg"] = msg[:8000]
         with self._lock, open(self._path, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
 
@@ -61,7 +61,7 @@ class CallbackModule(CallbackBase):
         self._write("start", task)
 
     def _result(self, event, result):
-        msg = result._result.get("msg") if event == "ok" and not result._result.get("_ansible_no_log") else None
+        msg = result._result.get("msg") if event in ("ok", "failed") and not result._result.get("_ansible_no_log") else None
         self._write(event, result._task, result._host.get_name(), msg)
 
     def v2_runner_on_ok(self, result):

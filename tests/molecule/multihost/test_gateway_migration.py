@@ -24,6 +24,7 @@ import warnings
 
 from test_multihost import (
     CONTROL,
+    FIGURES,
     GPUS,
     KEY,
     ROUTER,
@@ -121,15 +122,22 @@ def test_a_move_to_smg_that_fails_gives_the_port_back_to_sglang_router(host):
     assert host.service("sglang-router").is_running and not host.file("/etc/systemd/system/smg.service").exists
     wait_all_healthy()
     bad = {"sglang_router_extra_args": [BAD_FLAG], "sglang_router_readiness_timeout": 10}
-    proc, wall = playbook("router.yml", "-e", json.dumps(bad))
+    times = FIGURES.with_name("failed-move.tasks.jsonl")
+    times.unlink(missing_ok=True)
+    proc, wall = playbook("router.yml", "-e", json.dumps(bad), task_times=times)
     out = proc.stdout + proc.stderr
-    said = " ".join(out.replace("\\n", " ").split())  # the message's lines, however the callback wrapped them
     assert proc.returncode != 0, out[-5000:]
-    assert "Stop the other gateway without waiting for the requests it carries" in out, out[-5000:]  # it did move
-    assert "The move failed: sglang-router serves again on the port and smg is stopped and disabled" in said, out[-5000:]
-    assert 'at "Wait until the router answers /liveness"' in said, out[-5000:]
-    assert f"unrecognized arguments: {BAD_FLAG}" in out, out[-5000:]  # smg's journal, in the failure
-    assert KEY not in out and CONTROL not in out
+    events = [json.loads(line) for line in times.read_text().splitlines()]
+    did = {(e["task"], e["event"]) for e in events if e["host"] == ROUTER}
+    assert ("sglang_router : Stop the other gateway without waiting for the requests it carries", "ok") in did  # it moved
+    assert ("sglang_router : Give the port back to the gateway this run was replacing", "ok") in did, sorted(did)
+    failure = next(e.get("msg", "") for e in events
+                   if e["task"] == "sglang_router : Fail with what the router said" and e["event"] == "failed")
+    said = " ".join(failure.split())
+    assert "The move failed: sglang-router serves again on the port and smg is stopped and disabled" in said, failure
+    assert 'at "Wait until the router answers /liveness"' in said, failure
+    assert f"unrecognized arguments: {BAD_FLAG}" in failure, failure  # smg's own words, from its journal
+    assert KEY not in out and CONTROL not in out and KEY not in times.read_text()
 
     old, smg = host.service("sglang-router"), host.service("smg")
     assert old.is_running and old.is_enabled
