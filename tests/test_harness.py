@@ -409,7 +409,8 @@ def _rollout_record():
 
     host, other, url = "gpu1", "gpu2", "http://gpu1:30000"
     tasks = [(0, "Validate"), (10, rt.LEAVE), (12, rt.DRAIN), (20, rt.DRAIN_SAYS), (21, rt.BENCH_BEFORE),
-             (30, rt.RESTART), (45, rt.READY), (46, rt.BENCH_AFTER), (55, rt.JOIN), (56, rt.JOINED)]
+             (30, rt.RESTART), (33, rt.STOP), (40, "sglang_server : Wait for /health_generate, release r2, up to 120 s"),
+             (46, rt.BENCH_AFTER), (55, rt.JOIN), (56, rt.JOINED)]
     events = []
     for t, task in tasks:
         events.append({"t": 1000.0 + t, "event": "start", "task": task, "host": ""})
@@ -420,12 +421,14 @@ def _rollout_record():
             done["t"] = 1019.0
         if task == rt.JOINED:
             done["t"] = 1060.0
+        if task == rt.STOP:
+            done["t"] = 1035.0
         events.append(done)
     samples = []
     for i in range(70):
         t = 1000.0 + i
         out = 11 <= i < 58
-        down = 33 <= i < 40
+        down = 34 <= i < 40
         samples.append({"t": t, "listed": [url, "http://gpu2:30000"] if not out else ["http://gpu2:30000"],
                         "healthy": ["http://gpu2:30000"] + ([url] if i >= 58 else [] if out else [url]),
                         "loads": {host: None if down else (3 if 11 <= i < 15 else 0), other: 2},
@@ -440,8 +443,9 @@ def test_the_rollout_timeline_puts_the_steps_beside_what_was_in_flight():
     at = {r["point"]: r for r in rows}
     assert at["leave"]["at_s"] == 10.0 and at["left"]["at_s"] == 11.0 and at["left"]["in_flight_host"] == 3
     assert at["drained"]["at_s"] == 19.0 and at["drained"]["peak_while_draining"] == 3
-    assert at["stopped"]["at_s"] == 33.0 and at["stopped"]["in_flight_host"] is None
-    assert at["answers"]["at_s"] == 40.0 and at["healthy"]["at_s"] == 58.0 and at["joined"]["at_s"] == 60.0
+    assert at["stopped"]["at_s"] == 33.0 and at["stopped"]["in_flight_host"] == 0  # the last reading before the stop
+    assert at["started"]["at_s"] == 35.0 and at["ready"]["at_s"] == 40.5
+    assert at["healthy"]["at_s"] == 58.0 and at["joined"]["at_s"] == 60.0
     assert at["healthy"]["gateway_healthy"] == 2 and at["left"]["gateway_healthy"] == 1
     table = rt.markdown(rows, host)
     assert table.count("\n") == len(rows) + 1 and "| 19.0 | drained (it had up to 3 in flight since it left) | 0 |" in table
@@ -449,9 +453,9 @@ def test_the_rollout_timeline_puts_the_steps_beside_what_was_in_flight():
 
 def test_the_rollout_timeline_says_which_points_it_did_not_see():
     rt, events, samples, host, other, url = _rollout_record()
-    never_down = [dict(s, loads={host: 0, other: 2}) for s in samples]  # the server never stopped answering
-    rows = rt.timeline(events, never_down, host, other, url)
-    assert rt.missing(rows) == ["stopped", "answers"]
+    no_restart = [e for e in events if e["task"] != rt.STOP]  # the server was not restarted
+    rows = rt.timeline(no_restart, samples, host, other, url)
+    assert rt.missing(rows) == ["stopped", "started"]
     early = [dict(e, t=e["t"] - 30) if e["task"] == rt.JOIN else e for e in events]  # the join before the restart
     rows = rt.timeline(early, samples, host, other, url)
     assert not rt.in_order(rows)

@@ -9,6 +9,9 @@ puts two records side by side:
   held healthy, each server's own count of the requests it runs or queues (``/v1/loads``: running + waiting;
   None where it did not answer), and the requests in flight through the gateway (its clients').
 
+The host's leave, drain, benchmarks, restart (the server role's restart handler, stop and start) and readiness
+come from the task times; when the gateway listed the host no more, and held it healthy again, from the samples.
+
 ``timeline`` gives one row per point of the host's leave, drain, restart and return, with the requests in
 flight there; ``markdown`` writes the rows as a table. Pure functions: tests/test_harness.py checks them.
 """
@@ -26,13 +29,14 @@ DRAIN = "sglang_router : Wait until the server has finished its in-flight reques
 DRAIN_SAYS = "sglang_router : Fail when the server did not drain in time, naming what was still in flight"
 BENCH_BEFORE = "Benchmark the release this host serves, before the upgrade"
 RESTART = "Restart the server on the new release and wait until it serves"
-READY = "Note that the new release serves"
+STOP = "sglang_server : Restart sglang-server"  # the handler: systemctl restart (the old process stops, the new starts)
+READY = "sglang_server : Wait for /health_generate*"  # the readiness probe (its name says the release and timeout)
 BENCH_AFTER = "Benchmark the upgraded server (the gate)"
 JOIN = "Put this host back into the routers"
 JOINED = "sglang_router : Put this host back into every router and wait until it is healthy there"
 
 # The points of the timeline, in the order they must come.
-ORDER = ["leave", "left", "drain", "drained", "bench_before", "restart", "stopped", "answers", "ready",
+ORDER = ["leave", "left", "drain", "drained", "bench_before", "restart", "stopped", "started", "ready",
          "bench_after", "join", "healthy", "joined"]
 
 
@@ -45,9 +49,12 @@ def load_events(path: Path) -> list[dict[str, Any]]:
 
 def _result(events, task, host):
     """The first result event (ok or failed) of `task` on `host`, and the start of that task before it."""
+    def named(ev):  # a name ending in * matches the names it begins
+        return ev["task"] == task or (task.endswith("*") and ev["task"].startswith(task[:-1]))
+
     for i, ev in enumerate(events):
-        if ev["task"] == task and ev["host"] == host and ev["event"] in ("ok", "failed", "included"):
-            start = next((e for e in reversed(events[:i]) if e["event"] == "start" and e["task"] == task), None)
+        if named(ev) and ev["host"] == host and ev["event"] in ("ok", "failed", "included"):
+            start = next((e for e in reversed(events[:i]) if e["event"] == "start" and named(e)), None)
             return start, ev
     return None, None
 
@@ -82,7 +89,9 @@ def points(events, samples, host, url):
     end("drained", DRAIN, DRAIN_SAYS)
     start("bench_before", BENCH_BEFORE)
     start("restart", RESTART)
-    start("ready", READY)
+    start("stopped", STOP)
+    end("started", STOP)
+    end("ready", READY)
     start("bench_after", BENCH_AFTER)
     start("join", JOIN)
     end("joined", JOINED)
@@ -90,13 +99,6 @@ def points(events, samples, host, url):
         s = _first_sample(samples, found["leave"][0], lambda s: s["listed"] is not None and url not in s["listed"])
         if s:
             found["left"] = (s["t"], "")
-    if "restart" in found:
-        down = _first_sample(samples, found["restart"][0], lambda s: s["loads"].get(host) is None)
-        if down:
-            found["stopped"] = (down["t"], "")
-            up = _first_sample(samples, down["t"], lambda s: s["loads"].get(host) is not None)
-            if up:
-                found["answers"] = (up["t"], "")
     if "join" in found:
         s = _first_sample(samples, found["join"][0], lambda s: url in (s["healthy"] or []))
         if s:
@@ -110,10 +112,10 @@ LABELS = {
     "drain": "drain begins",
     "drained": "drained",
     "bench_before": "benchmark of the old release (out of the gateway)",
-    "restart": "restart on the new release",
-    "stopped": "its server stops answering",
-    "answers": "its server answers again",
-    "ready": "ready (readiness passed)",
+    "restart": "restart on the new release begins (checks, page-cache warm-up)",
+    "stopped": "its server is stopped (systemctl restart)",
+    "started": "its server is started again",
+    "ready": "ready (/health_generate answered)",
     "bench_after": "benchmark of the new release (the gate)",
     "join": "join: put back into the gateway",
     "healthy": "the gateway holds it healthy",
@@ -132,8 +134,7 @@ def timeline(events, samples, host, other, url):
         if point not in found:
             continue
         t, note = found[point]
-        s = _sample_at(samples, t) if point not in ("left", "stopped", "answers", "healthy") else \
-            next(x for x in samples if x["t"] == t)
+        s = _sample_at(samples, t) if point not in ("left", "healthy") else next(x for x in samples if x["t"] == t)
         rows.append({"point": point, "what": LABELS[point], "t": t, "at_s": round(t - t0, 1),
                      "in_flight_host": s["loads"].get(host), "in_flight_other": s["loads"].get(other),
                      "through_gateway": s["clients"], "long_streams": s["long"],

@@ -149,13 +149,19 @@ def gpu(name):
 
 
 def wait_all_healthy(timeout=90):
+    """Until the router lists every GPU host healthy; a router that does not answer yet (just started) is waited for."""
     deadline = time.monotonic() + timeout
+    ws = None
     while time.monotonic() < deadline:
-        ws = workers()
-        if len(ws) == len(GPUS) and all(w["is_healthy"] for w in ws):
-            return
+        try:
+            ws = workers()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            ws = repr(exc)
+        else:
+            if len(ws) == len(GPUS) and all(w["is_healthy"] for w in ws):
+                return
         time.sleep(0.5)
-    raise AssertionError(f"router workers not all healthy: {workers()}")
+    raise AssertionError(f"router workers not all healthy: {ws}")
 
 
 def test_router_service_hardened_and_secret_kept_out_of_argv_and_journal(host):
