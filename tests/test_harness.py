@@ -430,7 +430,7 @@ def _rollout_record():
         out = 11 <= i < 58
         down = 34 <= i < 40
         samples.append({"t": t, "listed": [url, "http://gpu2:30000"] if not out else ["http://gpu2:30000"],
-                        "healthy": ["http://gpu2:30000"] + ([url] if i >= 58 else [] if out else [url]),
+                        "healthy": ["http://gpu2:30000"] + ([url] if i >= 58 or i < 10 else []),
                         "loads": {host: None if down else (3 if 11 <= i < 15 else 0), other: 2},
                         "clients": 4, "long": 1})
     return rt, events, samples, host, other, url
@@ -441,14 +441,16 @@ def test_the_rollout_timeline_puts_the_steps_beside_what_was_in_flight():
     rows = rt.timeline(events, samples, host, other, url)
     assert rt.missing(rows) == [] and rt.in_order(rows)
     at = {r["point"]: r for r in rows}
-    assert at["leave"]["at_s"] == 10.0 and at["left"]["at_s"] == 11.0 and at["left"]["in_flight_host"] == 3
+    assert at["leave"]["at_s"] == 10.0 and at["unrouted"]["at_s"] == 10.0 and at["unrouted"]["in_flight_host"] == 0
+    assert at["left"]["at_s"] == 11.0 and at["left"]["in_flight_host"] == 3
     assert at["drained"]["at_s"] == 19.0 and at["drained"]["peak_while_draining"] == 3
     assert at["stopped"]["at_s"] == 33.0 and at["stopped"]["in_flight_host"] == 0  # the last reading before the stop
     assert at["started"]["at_s"] == 35.0 and at["ready"]["at_s"] == 40.5
     assert at["healthy"]["at_s"] == 58.0 and at["joined"]["at_s"] == 60.0
     assert at["healthy"]["gateway_healthy"] == 2 and at["left"]["gateway_healthy"] == 1
     table = rt.markdown(rows, host)
-    assert table.count("\n") == len(rows) + 1 and "| 19.0 | drained (it had up to 3 in flight since it left) | 0 |" in table
+    assert table.count("\n") == len(rows) + 1
+    assert "| 19.0 | drained (up to 3 in flight since the gateway stopped routing to it) | 0 |" in table
 
 
 def test_the_rollout_timeline_says_which_points_it_did_not_see():

@@ -10,7 +10,8 @@ puts two records side by side:
   None where it did not answer), and the requests in flight through the gateway (its clients').
 
 The host's leave, drain, benchmarks, restart (the server role's restart handler, stop and start) and readiness
-come from the task times; when the gateway listed the host no more, and held it healthy again, from the samples.
+come from the task times; when the gateway stopped routing to the host, listed it no more, and held it healthy
+again, from the samples.
 
 ``timeline`` gives one row per point of the host's leave, drain, restart and return, with the requests in
 flight there; ``markdown`` writes the rows as a table. Pure functions: tests/test_harness.py checks them.
@@ -36,7 +37,7 @@ JOIN = "Put this host back into the routers"
 JOINED = "sglang_router : Put this host back into every router and wait until it is healthy there"
 
 # The points of the timeline, in the order they must come.
-ORDER = ["leave", "left", "drain", "drained", "bench_before", "restart", "stopped", "started", "ready",
+ORDER = ["leave", "unrouted", "left", "drain", "drained", "bench_before", "restart", "stopped", "started", "ready",
          "bench_after", "join", "healthy", "joined"]
 
 
@@ -96,6 +97,10 @@ def points(events, samples, host, url):
     start("join", JOIN)
     end("joined", JOINED)
     if "leave" in found:
+        # smg holds a worker it removes out of routing at once and lists it until its own drain settle ends (5 s)
+        s = _first_sample(samples, found["leave"][0], lambda s: s["healthy"] is not None and url not in s["healthy"])
+        if s:
+            found["unrouted"] = (s["t"], "")
         s = _first_sample(samples, found["leave"][0], lambda s: s["listed"] is not None and url not in s["listed"])
         if s:
             found["left"] = (s["t"], "")
@@ -108,6 +113,7 @@ def points(events, samples, host, url):
 
 LABELS = {
     "leave": "leave: taken out of the gateway",
+    "unrouted": "the gateway routes to it no more (not healthy there)",
     "left": "the gateway lists it no more",
     "drain": "drain begins",
     "drained": "drained",
@@ -134,13 +140,14 @@ def timeline(events, samples, host, other, url):
         if point not in found:
             continue
         t, note = found[point]
-        s = _sample_at(samples, t) if point not in ("left", "healthy") else next(x for x in samples if x["t"] == t)
+        s = _sample_at(samples, t) if point not in ("unrouted", "left", "healthy") else \
+            next(x for x in samples if x["t"] == t)
         rows.append({"point": point, "what": LABELS[point], "t": t, "at_s": round(t - t0, 1),
                      "in_flight_host": s["loads"].get(host), "in_flight_other": s["loads"].get(other),
                      "through_gateway": s["clients"], "long_streams": s["long"],
                      "gateway_healthy": len(s["healthy"]) if s["healthy"] is not None else None, "note": note})
-    if "left" in found and "drained" in found:
-        busy = [s["loads"].get(host) for s in samples if found["left"][0] <= s["t"] <= found["drained"][0]]
+    if "unrouted" in found and "drained" in found:
+        busy = [s["loads"].get(host) for s in samples if found["unrouted"][0] <= s["t"] <= found["drained"][0]]
         peak = max((b for b in busy if b is not None), default=None)
         for row in rows:
             if row["point"] == "drained":
@@ -178,7 +185,7 @@ def markdown(rows, host):
     for r in rows:
         what = r["what"]
         if r.get("peak_while_draining") is not None:
-            what += f" (it had up to {r['peak_while_draining']} in flight since it left)"
+            what += f" (up to {r['peak_while_draining']} in flight since the gateway stopped routing to it)"
         lines.append(f"| {r['at_s']:.1f} | {what} | {cell(r['in_flight_host'])} | {cell(r['in_flight_other'])} "
                      f"| {cell(r['through_gateway'])} ({cell(r['long_streams'])}) | {cell(r['gateway_healthy'])} |")
     return "\n".join(lines)
