@@ -1,5 +1,6 @@
 """The test harness on this machine: containers.conf merged, not overwritten; failures in one line."""
 
+import json
 import os
 import subprocess
 import sys
@@ -415,3 +416,95 @@ def test_the_times_table_shows_each_jobs_cpu_against_its_budget_and_marks_one_ov
     assert run_tests.budget_column(under) == "    70 s"
     assert run_tests.budget_column(over) == "    70 s OVER"
     assert run_tests.budget_column(unbudgeted).strip() == ""
+
+# The rollout timeline of molecule multihost (tests/harness/rollout_timeline.py) from a made-up upgrade of gpu1:
+# the task times as the callback writes them, samples every second.
+def _rollout_record():
+    import rollout_timeline as rt
+
+    host, other, url = "gpu1", "gpu2", "http://gpu1:30000"
+    tasks = [(0, "Validate"), (10, rt.LEAVE), (12, rt.DRAIN), (20, rt.DRAIN_SAYS), (21, rt.BENCH_BEFORE),
+             (30, rt.RESTART), (33, rt.STOP), (40, "sglang_server : Wait for /health_generate, release r2, up to 120 s"),
+             (46, rt.BENCH_AFTER), (55, rt.JOIN), (56, rt.JOINED)]
+    events = []
+    for t, task in tasks:
+        events.append({"t": 1000.0 + t, "event": "start", "task": task, "host": ""})
+        done = {"t": 1000.5 + t, "event": "ok", "task": task, "host": host}
+        if task == rt.DRAIN_SAYS:
+            done["msg"] = "gpu1 drained in 7.0 s"
+        if task == rt.DRAIN:
+            done["t"] = 1019.0
+        if task == rt.JOINED:
+            done["t"] = 1060.0
+        if task == rt.STOP:
+            done["t"] = 1035.0
+        events.append(done)
+    samples = []
+    for i in range(70):
+        t = 1000.0 + i
+        out = 11 <= i < 58
+        down = 34 <= i < 40
+        samples.append({"t": t, "listed": [url, "http://gpu2:30000"] if not out else ["http://gpu2:30000"],
+                        "healthy": ["http://gpu2:30000"] + ([url] if i >= 58 or i < 10 else []),
+                        "loads": {host: None if down else (3 if 11 <= i < 15 else 0), other: 2},
+                        "clients": 4, "long": 1})
+    return rt, events, samples, host, other, url
+
+
+def test_the_rollout_timeline_puts_the_steps_beside_what_was_in_flight():
+    rt, events, samples, host, other, url = _rollout_record()
+    rows = rt.timeline(events, samples, host, other, url)
+    assert rt.missing(rows) == [] and rt.in_order(rows)
+    at = {r["point"]: r for r in rows}
+    assert at["leave"]["at_s"] == 10.0 and at["unrouted"]["at_s"] == 10.0 and at["unrouted"]["in_flight_host"] == 0
+    assert at["left"]["at_s"] == 11.0 and at["left"]["in_flight_host"] == 3
+    assert at["drained"]["at_s"] == 19.0 and at["drained"]["peak_while_draining"] == 3
+    assert at["stopped"]["at_s"] == 33.0 and at["stopped"]["in_flight_host"] == 0  # the last reading before the stop
+    assert at["started"]["at_s"] == 35.0 and at["ready"]["at_s"] == 40.5
+    assert at["healthy"]["at_s"] == 58.0 and at["joined"]["at_s"] == 60.0
+    assert at["healthy"]["gateway_healthy"] == 2 and at["left"]["gateway_healthy"] == 1
+    table = rt.markdown(rows, host)
+    assert table.count("\n") == len(rows) + 1
+    assert "| 19.0 | drained (up to 3 in flight since the gateway stopped routing to it) | 0 |" in table
+
+
+def test_the_rollout_timeline_says_which_points_it_did_not_see():
+    rt, events, samples, host, other, url = _rollout_record()
+    no_restart = [e for e in events if e["task"] != rt.STOP]  # the server was not restarted
+    rows = rt.timeline(no_restart, samples, host, other, url)
+    assert rt.missing(rows) == ["stopped", "started"]
+    early = [dict(e, t=e["t"] - 30) if e["task"] == rt.JOIN else e for e in events]  # the join before the restart
+    rows = rt.timeline(early, samples, host, other, url)
+    assert not rt.in_order(rows)
+    # A sampled point up to a second after the task that follows it (the next sample) is in order; two are not.
+    rows = rt.timeline(events, samples, host, other, url)
+    for row in rows:
+        if row["point"] == "drain":
+            row["t"] = next(r["t"] for r in rows if r["point"] == "left") - 0.9
+    assert rt.in_order(rows)
+    for row in rows:
+        if row["point"] == "drain":
+            row["t"] -= 1.2
+    assert not rt.in_order(rows)
+
+
+def test_the_task_times_callback_writes_each_start_and_result_without_hidden_messages(tmp_path):
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+                    "    - {name: Said, ansible.builtin.assert: {that: true, success_msg: drained in 1 s}}\n"
+                    "    - {name: Hidden, ansible.builtin.debug: {msg: not-for-the-log}, no_log: true}\n"
+                    "    - {name: Failed, ansible.builtin.fail: {msg: \"it failed, said so\"}, ignore_errors: true}\n")
+    times = tmp_path / "times.jsonl"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "harness" / "callback_plugins"),
+               ANSIBLE_CALLBACKS_ENABLED="sglang_task_times", SGLANG_TEST_TASK_TIMES=str(times))
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [json.loads(line) for line in times.read_text().splitlines()]
+    assert [(e["event"], e["task"], e["host"]) for e in lines] == [
+        ("start", "Said", ""), ("ok", "Said", "localhost"), ("start", "Hidden", ""), ("ok", "Hidden", "localhost"),
+        ("start", "Failed", ""), ("failed", "Failed", "localhost")]
+    assert lines[1]["msg"] == "drained in 1 s" and "msg" not in lines[3] and lines[5]["msg"] == "it failed, said so"
+    assert lines[0]["t"] <= lines[1]["t"] <= lines[2]["t"]
+    assert "not-for-the-log" not in times.read_text()

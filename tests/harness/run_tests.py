@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     # the venv's .pth loads it): a fresh directory per run, removed at the end.
     payloads = tempfile.mkdtemp(prefix="ansiballz-cache-")
     os.environ["SGLANG_TEST_ANSIBALLZ_CACHE"] = payloads
+    # Where a job may leave an artefact beside its log (molecule multihost's rollout timeline).
+    os.environ["SGLANG_TEST_LOGS"] = str(logs.resolve())
     try:
         return run_suite(args, logs, scenarios)
     finally:

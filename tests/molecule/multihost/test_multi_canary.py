@@ -13,11 +13,29 @@ the build makes every release), whose patch the rollout checks on each host befo
 import json
 import os
 import re
+import threading
 import time
 import urllib.error
 from pathlib import Path
 
-from test_multihost import GPUS, KEY, ROUTER, SERVER_PORT, Traffic, gpu, playbook, record, router_url, wait_all_healthy, workers
+from test_gateway_migration import LONG_TOKENS, exchange
+from test_multihost import (
+    GPUS,
+    KEY,
+    ROUTER,
+    SERVER_PORT,
+    Traffic,
+    call,
+    gpu,
+    playbook,
+    record,
+    router_url,
+    wait_all_healthy,
+    workers,
+)
+
+import rollout_timeline
+from waiting import address
 
 testinfra_hosts = [f"podman://{ROUTER}"]  # cluster tests: run once, not once per host
 RELEASES = "/opt/sglang/releases"
@@ -51,6 +69,58 @@ class WatchedTraffic(Traffic):
             except (urllib.error.URLError, OSError, ValueError):
                 pass
             time.sleep(0.3)
+
+
+class TimelineTraffic(WatchedTraffic):
+    """The rollout's clients and one long stream after another (LONG_TOKENS, about a host's restart), with a
+    sample every quarter second of what the gateway routes to and what each server has in flight, for the
+    timeline of one host's leave, drain, restart and return (tests/harness/rollout_timeline.py)."""
+
+    def __init__(self, base, clients=4):
+        super().__init__(base, clients)
+        self.servers = {name: f"http://{address(name)}:{SERVER_PORT}" for name in GPUS}
+        self.samples = []
+        self.long_outcomes = []
+        self.long_in_flight = 0
+        self.threads.append(threading.Thread(target=self.long_streams, daemon=True))
+
+    def long_streams(self):
+        while not self.stop.is_set():
+            with self.lock:
+                self.long_in_flight += 1
+            outcome = exchange(LONG_TOKENS, stream=True)
+            with self.lock:
+                self.long_in_flight -= 1
+                self.long_outcomes.append(outcome)
+            if outcome != "ok":
+                time.sleep(0.05)  # a refusal answers at once: do not spin
+
+    def in_flight(self, name):
+        """The server's own count of the requests it runs or queues (/v1/loads), None when it does not answer."""
+        try:
+            loads = json.loads(call(self.servers[name] + "/v1/loads", timeout=2)[1])["loads"]
+            return sum(int(rank["num_running_reqs"]) + int(rank["num_waiting_reqs"]) for rank in loads)
+        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def watch(self):
+        while not self.stop.is_set():
+            sample = {"t": time.time(), "listed": None, "healthy": None}
+            try:
+                listed = workers()
+                sample["listed"] = [w["url"] for w in listed]
+                sample["healthy"] = [w["url"] for w in listed if w["is_healthy"]]
+                self.left |= set(URLS.values()) - set(sample["healthy"])
+                count = len(sample["healthy"])
+                self.min_workers = count if self.min_workers is None else min(self.min_workers, count)
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            sample["loads"] = {name: self.in_flight(name) for name in GPUS}
+            with self.lock:
+                sample["clients"] = self.sent - self.ok - self.failed + self.long_in_flight
+                sample["long"] = self.long_in_flight
+            self.samples.append(sample)
+            time.sleep(0.25)
 
 
 def read(h, path):
@@ -184,7 +254,12 @@ def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
     """The canary first (a batch of its own), then the other host, each gated and its EAGLE-3 patch
     checked on the way (the new release is a patched copy, as the build makes it); 0 failed requests."""
     olds = {name: new_release(name, SAME, source=f"{RELEASES}/r1-patched") for name in GPUS}
-    proc, wall, traffic = run_under_traffic("upgrade.yml", *EXTRA)
+    times = TIMELINE.with_suffix(".tasks.jsonl")
+    times.unlink(missing_ok=True)
+    wait_all_healthy()
+    with TimelineTraffic(router_url()) as traffic:
+        proc, wall = playbook("upgrade.yml", *EXTRA, task_times=times)
+        time.sleep(0.5)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert KEY not in out
@@ -205,9 +280,40 @@ def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
     assert traffic.left == set(URLS.values()), traffic.left
     assert traffic.min_workers == 1
     assert_no_failed_request(traffic)
+    # Streams of about a host's restart crossed both hosts' leave, drain, restart and return: none cut.
+    assert traffic.long_outcomes and set(traffic.long_outcomes) == {"ok"}, traffic.long_outcomes
     wait_all_healthy()
     record(canary_rollout_two_hosts_wall_s=round(wall, 1), canary_rollout_requests_sent=traffic.sent,
-           canary_rollout_requests_failed=traffic.failed)
+           canary_rollout_requests_failed=traffic.failed, canary_rollout_long_streams=len(traffic.long_outcomes))
+    check_timeline(traffic, times)
+
+
+# The timeline of the canary's leave, drain, restart and return during that rollout (the issue's closing note):
+# written beside the scenario's log (tests/harness/run_tests.py's SGLANG_TEST_LOGS), else the ephemeral directory.
+TIMELINE = Path(os.environ.get("SGLANG_TEST_LOGS") or os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) \
+    / "multihost-rollout-timeline.json"
+
+
+def check_timeline(traffic, times):
+    host, other = GPUS
+    events = rollout_timeline.load_events(times)
+    rows = rollout_timeline.timeline(events, traffic.samples, host, other, URLS[host])
+    TIMELINE.write_text(json.dumps({"host": host, "rows": rows, "tasks": events, "samples": traffic.samples}) + "\n")
+    print(f"rollout timeline of {host} ({TIMELINE}):\n" + rollout_timeline.markdown(rows, host))
+    print("its drain said: " + next((r["note"] for r in rows if r["point"] == "drained"), "-"))
+    assert rollout_timeline.missing(rows) == [], (rollout_timeline.missing(rows), rows)
+    assert rollout_timeline.in_order(rows), rows
+    at = {r["point"]: r for r in rows}
+    # The drain ended with nothing in flight on the host, and its server was stopped with nothing in flight either
+    # (the last reading before the restart: the benchmark's requests come and go between drain and restart).
+    assert at["drained"]["in_flight_host"] == 0, rows
+    assert at["stopped"]["in_flight_host"] == 0, rows
+    # While it was out, the other host served alone; it was held healthy again only after it was ready.
+    assert at["left"]["gateway_healthy"] == 1 and at["healthy"]["gateway_healthy"] == 2, rows
+    record(timeline_out_of_gateway_s=round(at["healthy"]["at_s"] - at["left"]["at_s"], 1),
+           timeline_drain_s=round(at["drained"]["at_s"] - at["drain"]["at_s"], 1),
+           timeline_stopped_to_ready_s=round(at["ready"]["at_s"] - at["stopped"]["at_s"], 1),
+           timeline_peak_in_flight_while_draining=at["drained"].get("peak_while_draining"))
 
 
 def test_rollback_returns_both_hosts_to_their_previous_release_and_a_rerun_changes_nothing(host):

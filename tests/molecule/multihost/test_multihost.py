@@ -6,6 +6,7 @@ the scenario's podman network, as clients would reach a router. Figures are prin
 written to $MOLECULE_EPHEMERAL_DIRECTORY/multihost-figures.json.
 """
 
+import configparser
 import json
 import os
 import re
@@ -121,9 +122,21 @@ class Traffic:
             t.join(timeout=120)
 
 
-def playbook(name, *extra):
+def configured_callbacks():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    return cfg.get("defaults", "callbacks_enabled", fallback="")
+
+
+def playbook(name, *extra, task_times=None):
+    """ansible-playbook name; with task_times (a path), every task's start and each host's result is also written
+    there with its time (tests/harness/callback_plugins/sglang_task_times.py)."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    if task_times:
+        env.update(ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "harness" / "callback_plugins"),
+                   ANSIBLE_CALLBACKS_ENABLED=",".join(filter(None, [configured_callbacks(), "sglang_task_times"])),
+                   SGLANG_TEST_TASK_TIMES=str(task_times))
     started = time.monotonic()
     proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
                            str(ROOT / "playbooks" / name), *extra],
@@ -136,13 +149,19 @@ def gpu(name):
 
 
 def wait_all_healthy(timeout=90):
+    """Until the router lists every GPU host healthy; a router that does not answer yet (just started) is waited for."""
     deadline = time.monotonic() + timeout
+    ws = None
     while time.monotonic() < deadline:
-        ws = workers()
-        if len(ws) == len(GPUS) and all(w["is_healthy"] for w in ws):
-            return
+        try:
+            ws = workers()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            ws = repr(exc)
+        else:
+            if len(ws) == len(GPUS) and all(w["is_healthy"] for w in ws):
+                return
         time.sleep(0.5)
-    raise AssertionError(f"router workers not all healthy: {workers()}")
+    raise AssertionError(f"router workers not all healthy: {ws}")
 
 
 def test_router_service_hardened_and_secret_kept_out_of_argv_and_journal(host):

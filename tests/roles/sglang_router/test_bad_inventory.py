@@ -217,6 +217,25 @@ def test_a_missing_short_or_shared_control_plane_key_fails_without_showing_it(tm
     rc, out = run_router_validation(tmp_path, inv)
     assert rc != 0 and says in out, out[-3000:]
     assert "changed=0" in out and (not control or control not in out) and KEY not in out
+    if not control:  # a site that upgraded the roles: told how to make the key and where to set it
+        said = " ".join(out.split())
+        assert "ansible-vault edit" in said and "secrets.token_urlsafe(32)" in said, out[-3000:]
+        assert "set sglang_router_control_plane_api_key from it in group_vars/sglang_routers/" in said, out[-3000:]
+
+
+def test_a_vault_without_the_control_plane_key_is_told_how_to_add_it_before_any_host_changes(tmp_path):
+    """Issue 43: a site that upgrades the roles has no control-plane key in its vault yet. With the role README's
+    line (no default) the vault variable is undefined: validation fails, naming it and how to add it. (Without the
+    line, or with inventory/example's default, the key is empty: the parametrized test above.)"""
+    inv = inventory(GOOD)
+    inv["all"]["vars"]["sglang_router_control_plane_api_key"] = "{{ vault_sglang_router_control_plane_api_key }}"
+    rc, out = run_router_validation(tmp_path, inv)
+    said = " ".join(out.split())
+    assert rc != 0, out[-3000:]
+    assert ("'vault_sglang_router_control_plane_api_key' is undefined: the inventory reads it from the vault, which "
+            "lacks it. Add it with ansible-vault edit") in said, out[-3000:]
+    assert "secrets.token_urlsafe(32)" in said and "Nothing has been changed on any host" in said
+    assert "changed=0" in out
 
 
 def test_a_control_plane_key_in_the_free_arguments_fails(tmp_path):
