@@ -17,7 +17,18 @@ that directory changes, writes <textfile-dir>/sglang_bench.prom atomically:
 The previous results live in --state (JSON, this tool's own); a result is recorded once (by label and
 finished_at), so reruns of the tool change nothing.
 
+With --start-record (role sglang_server's record of the newest start, <starts_dir>/last.json) it also writes
+--start-textfile, where the server's newest start went:
+
+    sglang_server_start_ready_seconds                   launch to the first 200 on /health_generate
+    sglang_server_start_timestamp_seconds               the launch (Unix time)
+    sglang_server_start_phase_seconds{phase,what}       each segment between the marks the log showed
+    sglang_server_start_weights_seconds{model}          the weights' load as SGLang printed it (target, draft)
+    sglang_server_start_cuda_graph_seconds{graph}       each CUDA graph's capture as SGLang printed it
+    sglang_server_start_jit_messages                    JIT and compile lines in the start's log
+
 Usage: sglang_bench_textfile.py --results-dir DIR --textfile FILE --state FILE [--baselines FILE]
+                                [--start-record FILE --start-textfile FILE]
 """
 
 from __future__ import annotations
@@ -141,6 +152,47 @@ def render(results: dict[str, dict[str, Any]], history: dict[str, list[dict[str,
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def render_start(record: dict[str, Any] | None) -> str:
+    """The newest start's metrics (see the module's docstring); empty without a record."""
+    if not isinstance(record, dict) or not record.get("found"):
+        return ""
+    families: dict[str, tuple[str, list[str]]] = {
+        "sglang_server_start_ready_seconds": ("Seconds from the server's launch to its first 200 on /health_generate "
+                                              "(its newest start; role sglang_server's record).", []),
+        "sglang_server_start_timestamp_seconds": ("When the newest start was launched (Unix time).", []),
+        "sglang_server_start_phase_seconds": ("Seconds of each phase of the newest start, between the marks its log "
+                                              "showed.", []),
+        "sglang_server_start_weights_seconds": ("Seconds SGLang printed for loading each model's weights.", []),
+        "sglang_server_start_cuda_graph_seconds": ("Seconds SGLang printed for capturing each CUDA graph.", []),
+        "sglang_server_start_jit_messages": ("JIT and compile lines in the newest start's log.", []),
+    }
+
+    def add(name: str, labels: dict[str, Any], value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return
+        inner = ",".join(f'{k}="{escape(v)}"' for k, v in labels.items())
+        families[name][1].append(f"{name}{{{inner}}} {float(value)!r}" if inner else f"{name} {float(value)!r}")
+
+    add("sglang_server_start_ready_seconds", {}, record.get("ready_s"))
+    add("sglang_server_start_timestamp_seconds", {}, record.get("started_epoch") or record.get("first_line_epoch"))
+    for seg in record.get("phases") or []:
+        add("sglang_server_start_phase_seconds", {"phase": seg.get("phase"), "what": seg.get("what")}, seg.get("seconds"))
+    # One rank's figures: a single process logs without a rank, a tensor-parallel group as TP0, TP1, ...
+    for key, name, label in (("weights", "sglang_server_start_weights_seconds", "model"),
+                             ("cuda_graphs", "sglang_server_start_cuda_graph_seconds", "graph")):
+        items = [item for item in record.get(key) or [] if isinstance(item, dict)]
+        ranks = sorted({item.get("rank") or "" for item in items})
+        for item in items:
+            if (item.get("rank") or "") == ranks[0]:
+                add(name, {label: item.get("model" if key == "weights" else "name")}, item.get("elapsed_s"))
+    add("sglang_server_start_jit_messages", {}, (record.get("jit") or {}).get("count"))
+    lines: list[str] = []
+    for name, (doc, samples) in families.items():
+        if samples:
+            lines += [f"# HELP {name} {doc}", f"# TYPE {name} gauge", *samples]
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> bool:
     """Write through a temporary file in the same directory (the collector never reads half a file);
     False when the content is already there."""
@@ -168,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--textfile", type=Path, required=True)
     ap.add_argument("--state", type=Path, required=True)
     ap.add_argument("--baselines", type=Path, help="JSON {label: {tok_s, accept_length}}")
+    ap.add_argument("--start-record", type=Path, help="role sglang_server's newest start record (last.json)")
+    ap.add_argument("--start-textfile", type=Path, help="where the start's metrics go (with --start-record)")
     args = ap.parse_args(argv)
+    if (args.start_record is None) != (args.start_textfile is None):
+        ap.error("--start-record and --start-textfile go together")
     configured = read_json(args.baselines, {}) if args.baselines else {}
     history = read_json(args.state, {})
     results = newest_results(args.results_dir)
@@ -177,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     changed = write_atomic(args.textfile, render(results, history, configured))
     print(f"sglang_bench_textfile: {len(results)} label(s) in {args.results_dir}; "
           f"{args.textfile} {'written' if changed else 'unchanged'}")
+    if args.start_record is not None:
+        start = render_start(read_json(args.start_record, None))
+        changed = write_atomic(args.start_textfile, start)
+        print(f"sglang_bench_textfile: {'the newest start' if start else 'no start recorded'} "
+              f"({args.start_record}); {args.start_textfile} {'written' if changed else 'unchanged'}")
     return 0
 
 

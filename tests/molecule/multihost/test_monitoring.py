@@ -200,7 +200,25 @@ def test_every_dashboard_panel_query_returns_data(host):
             checked += 1
             if not api("query", query=expr)["result"]:
                 empty.append(f"{panel['title']}: {expr}")
-    assert checked >= 15 and empty == [], empty
+    assert checked >= 15 and empty == [], (empty, publishing_state())
+
+
+def publishing_state():
+    """Where a GPU host's textfile metrics stand, for a failure's message: the server's start record, the
+    publishing units, what the tool wrote and what node exporter serves of it."""
+    state = {}
+    for name in GPUS:
+        gpu = testinfra.get_host(f"podman://{name}")
+        state[name] = gpu.run(
+            "ls -l /var/lib/sglang/starts /var/lib/prometheus/node-exporter 2>&1; "
+            "grep -o 'ExecStart=.*' /etc/systemd/system/sglang-bench-metrics.service; "
+            "grep PathChanged /etc/systemd/system/sglang-bench-metrics.path; "
+            "systemctl show -p ActiveState,Result,ExecMainStatus sglang-bench-metrics.service sglang-bench-metrics.path; "
+            "journalctl -u sglang-bench-metrics.service -o cat --no-pager | tail -n 8; "
+            "journalctl -u prometheus-node-exporter -o cat --no-pager | grep -i textfile | tail -n 4; "
+            "python3 -c 'import json; print(json.load(open(\"/etc/ansible/facts.d/sglang_server.fact\")).get(\"starts_dir\"))'"
+        ).stdout[-3000:]
+    return state
 
 
 def test_kill_9_fires_server_down_within_for_plus_two_scrapes_and_resolves(host):

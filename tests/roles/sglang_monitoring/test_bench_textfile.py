@@ -98,3 +98,51 @@ def test_output_passes_promtool_check_metrics(tmp_path: Path) -> None:
 def test_no_results_directory_yet(tmp_path: Path) -> None:
     run(tmp_path)
     assert (tmp_path / "textfile" / "sglang_bench.prom").read_text() == ""
+
+
+def test_the_newest_start_as_metrics_from_a_real_start_record(tmp_path):
+    """Role sglang_server's record of a real start (issue 42's warm H200 start read by the role's reader, and a
+    tensor-parallel log from its tests): the ready time, each phase, each model's weights and each CUDA graph as
+    SGLang printed them for one rank; promtool accepts the file; no record, no metrics."""
+    import gzip
+
+    from repo import ROOT, load
+
+    reader = load(role_file("sglang_server", "files", "sglang_start_phases.py"), "sglang_start_phases")
+    log = ROOT / "docs/validation/restart-h200/starts/h200-d-01-warm.log.gz"
+    started = json.loads((log.parent / "h200-d-01-warm.phases.json").read_text())["started_epoch"]
+    record = reader.read(gzip.open(log, "rt"), started)
+    (tmp_path / "starts").mkdir()
+    (tmp_path / "starts" / "last.json").write_text(json.dumps(record))
+    argv = [sys.executable, str(TOOL), "--results-dir", str(tmp_path / "results"), "--textfile",
+            str(tmp_path / "textfile" / "sglang_bench.prom"), "--state", str(tmp_path / "state" / "history.json"),
+            "--start-record", str(tmp_path / "starts" / "last.json"),
+            "--start-textfile", str(tmp_path / "textfile" / "sglang_server_start.prom")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and "the newest start" in proc.stdout, proc.stderr
+    text = (tmp_path / "textfile" / "sglang_server_start.prom").read_text()
+    got = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(sglang_server_start[^ {]*(?:\{[^}]*\})?) (\S+)$", text, re.M)}
+    assert got["sglang_server_start_ready_seconds"] == record["ready_s"] == 81.59
+    assert got["sglang_server_start_timestamp_seconds"] == started
+    assert got['sglang_server_start_weights_seconds{model="target"}'] == 4.41
+    assert got['sglang_server_start_weights_seconds{model="draft"}'] == 0.01
+    assert got['sglang_server_start_cuda_graph_seconds{graph="target prefill"}'] == 16.39
+    assert len([k for k in got if k.startswith("sglang_server_start_cuda_graph_seconds")]) == 5
+    phases = {k: v for k, v in got.items() if k.startswith("sglang_server_start_phase_seconds")}
+    graphs = 'sglang_server_start_phase_seconds{phase="graphs_begin->graphs_end",what="CUDA graph capture (every graph)"}'
+    assert phases[graphs] == 25.27
+    assert round(sum(phases.values()), 2) == record["ready_s"]  # the segments add up to the start
+    check = subprocess.run([str(promtool_harness.promtool()), "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    # a tensor-parallel start: one rank's figures, not the sum of eight
+    tp = reader.read([f"[2026-12-05 10:00:30.{r}00 TP{r}] Load weight begin. avail mem=94.50 GB" for r in (0, 1)]
+                     + [f"[2026-12-05 10:01:52.{r}00 TP{r}] Load weight end. elapsed={81.4 + r} s, type=DeepseekV3ForCausalLM, "
+                        "avail mem=30.1 GB, mem usage=64.0 GB." for r in (1, 0)])
+    (tmp_path / "starts" / "last.json").write_text(json.dumps(tp))
+    assert subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+    text = (tmp_path / "textfile" / "sglang_server_start.prom").read_text()
+    assert re.findall(r'^sglang_server_start_weights_seconds\{model="target"\} (\S+)$', text, re.M) == ["81.4"]
+    (tmp_path / "starts" / "last.json").unlink()
+    assert subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+    assert (tmp_path / "textfile" / "sglang_server_start.prom").read_text() == ""

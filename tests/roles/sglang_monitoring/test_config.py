@@ -48,6 +48,8 @@ PLAY = """
         - {{src: web-config.yml.j2, dest: web-config.yml}}
         - {{src: sglang-alerts.rules.yml.j2, dest: rules/sglang-alerts.rules.yml}}
         - {{src: prometheus.default.j2, dest: default-prometheus}}
+        - {{src: sglang-bench-metrics.service.j2, dest: sglang-bench-metrics.service}}
+        - {{src: sglang-bench-metrics.path.j2, dest: sglang-bench-metrics.path}}
     - ansible.builtin.copy:
         content: "{{{{ sglang_monitoring_scrape_password }}}}"
         dest: {out}/scrape-password
@@ -130,3 +132,20 @@ def test_a_host_whose_role_recorded_nothing_is_named_with_the_role_to_run_first(
     # The validation before any host changes: those not recorded yet are left out, nothing else changes.
     lenient = filters.sglang_monitoring_targets(groups, hostvars, "prom1", required=False)
     assert lenient["errors"] == [] and lenient["jobs"] == got["jobs"]
+
+
+@pytest.mark.parametrize("starts_dir", ["", "/var/lib/sglang/starts"], ids=["no-record", "record"])
+def test_the_publishing_unit_keeps_its_lines_with_and_without_a_start_record(tmp_path, starts_dir) -> None:
+    """The service's ExecStart ends where its line ends (a Jinja block tag at a line's end once ate the newline:
+    the textfile became 'sglang_server_start.promNoNewPrivileges=yes' and the hardening line was lost), and the
+    path unit watches the start records only where the server records them."""
+    proc = render(tmp_path, {"__sglang_monitoring_starts_dir": starts_dir})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    unit = (tmp_path / "etc" / "sglang-bench-metrics.service").read_text().splitlines()
+    exec_line = next(i for i, line in enumerate(unit) if line.startswith("ExecStart="))
+    assert unit[exec_line + 1] == "NoNewPrivileges=yes"
+    assert unit[exec_line].endswith("/sglang_server_start.prom" if starts_dir else "/bench-baselines.json")
+    assert (f"--start-record {starts_dir}/last.json" in unit[exec_line]) is bool(starts_dir)
+    watched = [line for line in (tmp_path / "etc" / "sglang-bench-metrics.path").read_text().splitlines()
+               if line.startswith("PathChanged=")]
+    assert len(watched) == (2 if starts_dir else 1) and (f"PathChanged={starts_dir}" in watched) is bool(starts_dir)
