@@ -75,8 +75,9 @@ def _solve_upper_t(low: list[list[float]], b: Sequence[float]) -> list[float]:
     """Solve L^T x = b."""
     n = len(low)
     out = [0.0] * n
+    columns = list(zip(*low, strict=True))  # columns[i][k] = low[k][i] (the rows are padded to n)
     for i in range(n - 1, -1, -1):
-        out[i] = (b[i] - sum(low[k][i] * out[k] for k in range(i + 1, n))) / low[i][i]
+        out[i] = (b[i] - sum(map(operator.mul, columns[i][i + 1:], out[i + 1:]))) / low[i][i]  # k = i+1 .. n-1, in order
     return out
 
 
@@ -178,20 +179,25 @@ class Surface:
         return out
 
 
+_SQRT2, _SQRT2PI = math.sqrt(2.0), math.sqrt(2.0 * math.pi)
+
+
 def _f(z: float) -> float:
     """z Phi(z) + phi(z)."""
-    return z * 0.5 * (1.0 + math.erf(z / math.sqrt(2.0))) + math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return z * 0.5 * (1.0 + math.erf(z / _SQRT2)) + math.exp(-0.5 * z * z) / _SQRT2PI
 
 
 def expected_max_gain(lines: list[tuple[float, float]]) -> float:
     """E[max_i (a_i + b_i Z)] - max_i a_i for Z ~ N(0, 1) (Frazier, Powell and Dayanik 2009, the upper envelope of
-    the lines a + b z): what one observation that moves every mean by b_i Z adds to the best mean."""
+    the lines a + b z): what one observation that moves every mean by b_i Z adds to the best mean. Called for every
+    candidate of every search step: _f is written out in the last loop, not called."""
     best: dict[float, float] = {}
-    for a, b in lines:  # of lines with the same slope, the highest
-        best[b] = max(a, best.get(b, -math.inf))
-    ordered = sorted(best.items())
+    get = best.get
+    for a, b in lines:  # of lines with the same slope, the highest (the first of equals, as max() keeps it)
+        if a >= get(b, -math.inf):
+            best[b] = a
     hull: list[tuple[float, float, float]] = []  # (slope, intercept, z where it starts to lead)
-    for b, a in ordered:
+    for b, a in sorted(best.items()):
         while hull:
             b0, a0, z0 = hull[-1]
             z = (a0 - a) / (b - b0)  # where this line overtakes the last one
@@ -202,9 +208,13 @@ def expected_max_gain(lines: list[tuple[float, float]]) -> float:
             break
         else:
             hull.append((b, a, -math.inf))
-    gain = 0.0
-    for (b0, _a0, _z0), (b1, _a1, z1) in zip(hull, hull[1:], strict=False):
-        gain += (b1 - b0) * _f(-abs(z1))
+    if not hull:  # no line
+        return 0.0
+    gain, b0, erf, exp = 0.0, hull[0][0], math.erf, math.exp
+    for b1, _a1, z1 in hull[1:]:
+        z = -abs(z1)  # each change of leader adds (b1 - b0) _f(-|z|)
+        gain += (b1 - b0) * (z * 0.5 * (1.0 + erf(z / _SQRT2)) + exp(-0.5 * z * z) / _SQRT2PI)
+        b0 = b1
     return gain
 
 
