@@ -46,16 +46,17 @@ def coords(point: Point) -> tuple[float, float, float]:
     return float(steps), math.log2(topk), math.log2(draft)
 
 
-def _cholesky(m: list[list[float]]) -> list[list[float]] | None:
-    n = len(m)
+def _cholesky(shape: list[list[float]], s2: float, noise: list[float]) -> list[list[float]] | None:
+    """The Cholesky factor of the kernel matrix s2 * shape + diag(noise), its entries formed where they are read."""
+    n = len(shape)
     low: list[list[float]] = []
     for i in range(n):
         row_i: list[float] = []  # grows to its first j entries: map() below stops there, with no copy of a slice
-        m_i = m[i]
+        shape_i = shape[i]
         for j in range(i):
             row_j = low[j]
-            row_i.append((m_i[j] - sum(map(operator.mul, row_i, row_j))) / row_j[j])  # the products in order
-        s = m_i[i] - sum(map(operator.mul, row_i, row_i))
+            row_i.append((s2 * shape_i[j] - sum(map(operator.mul, row_i, row_j))) / row_j[j])  # the products in order
+        s = s2 * shape_i[i] + noise[i] - sum(map(operator.mul, row_i, row_i))
         if s <= 0.0:
             return None
         row_i.append(math.sqrt(s))
@@ -119,14 +120,10 @@ class Surface:
         # The distances once for every length and signal.
         dists = [[math.dist(a, b) for b in xs] for a in xs]
         for length in LENGTHS:
-            # The kernel's shape once for every signal: k = signal * signal * shape, the noise on the diagonal.
+            # The kernel's shape once for every signal: _cholesky forms k = signal * signal * shape + diag(noise).
             shapes = [[math.exp(-0.5 * (d / length) ** 2) for d in row] for row in dists]
             for signal in SIGNALS:
-                s2 = signal * signal
-                k = [[s2 * e for e in row] for row in shapes]
-                for i, v in enumerate(noise):
-                    k[i][i] += v
-                low = _cholesky(k)
+                low = _cholesky(shapes, signal * signal, noise)
                 if low is None:
                     continue
                 w = _solve_lower(low, resid)
