@@ -126,31 +126,64 @@ def test_release_with_upstream_methods_is_left_alone(tree_copy, tmp_path):
     assert (tree / KIMI).read_bytes() == before
 
 
-@pytest.mark.parametrize(
-    ("override", "named"),
-    [
-        ({"sglang_eagle3_patch_class": ""}, "sglang_eagle3_patch_class"),
-        ({"sglang_eagle3_patch_source_dir": "/nonexistent/sglang"}, "sglang_eagle3_patch_source_dir"),
-        ({"sglang_eagle3_patch_file": "srt/models/no_such_model.py"}, "sglang_eagle3_patch_file"),
-        ({"sglang_eagle3_patch_methods": "set_eagle3_layers_to_capture"}, "sglang_eagle3_patch_methods"),
-    ],
-    ids=["empty-class", "missing-dir", "missing-file", "methods-not-a-list"],
-)
-def test_bad_input_fails_before_any_change_naming_the_variable(tree_copy, tmp_path, override, named):
-    tree = tree_copy(UNPATCHED)
-    before = (tree / KIMI).read_bytes()
-    report = ansible(tmp_path, playbook(tmp_path), dict(role_vars(tree, tmp_path), **override))
-    assert stats(report)["failures"] == 1
-    assert named in failure_message(report)
-    assert stats(report)["changed"] == 0
+# Bad inputs: (the inventory's values, the variable the failure must name). One run for all of them (below).
+BAD_INPUTS = {
+    "empty-class": ({"sglang_eagle3_patch_class": ""}, "sglang_eagle3_patch_class"),
+    "missing-dir": ({"sglang_eagle3_patch_source_dir": "/nonexistent/sglang"}, "sglang_eagle3_patch_source_dir"),
+    "missing-file": ({"sglang_eagle3_patch_file": "srt/models/no_such_model.py"}, "sglang_eagle3_patch_file"),
+    "methods-not-a-list": ({"sglang_eagle3_patch_methods": "set_eagle3_layers_to_capture"}, "sglang_eagle3_patch_methods"),
+}
+NO_SOURCE_DIR = "no-source-dir"  # sglang_eagle3_patch_source_dir not set at all
+
+
+def host_failure(report: dict, host: str) -> str:
+    """The message of the host's failed task in a run of several hosts."""
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            result = task["hosts"].get(host) or {}
+            if result.get("failed"):
+                return result.get("msg", "")
+    return ""
+
+
+@pytest.fixture(scope="module")
+def bad_batch(farm, tmp_path_factory):
+    """Every bad input in one ansible-playbook run, one local inventory host per case with the case's values as
+    its host variables (its own tree and tools directory), as tests/harness/bad_inputs.py runs a role's bad inputs
+    on the test hosts: (the json callback's report, the run's directory, {case: (tree, the patched file's bytes)}).
+    The role's fact file is an extra variable (it is the role's vars/, which an inventory does not outrank), one
+    for every host: no case may write it."""
+    tmp = tmp_path_factory.mktemp("bad-inputs")
+    hosts, trees = {}, {}
+    for case, (override, _named) in BAD_INPUTS.items():
+        tree = farm(UNPATCHED, tmp / case)
+        trees[case] = (tree, (tree / KIMI).read_bytes())
+        hosts[case] = {"sglang_eagle3_patch_source_dir": str(tree), "sglang_eagle3_patch_python": sys.executable,
+                       "sglang_eagle3_patch_tools_dir": str(tmp / case / "tools"), **override}
+    hosts[NO_SOURCE_DIR] = {"sglang_eagle3_patch_tools_dir": str(tmp / NO_SOURCE_DIR / "tools")}
+    inventory = tmp / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts, "vars": {"ansible_connection": "local"}}}))
+    report = ansible(tmp, playbook(tmp), {"__sglang_eagle3_patch_fact_file": str(tmp / "facts.d" / "sglang_eagle3_patch.fact")},
+                     inventory=str(inventory))
+    return report, tmp, trees
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_fails_before_any_change_naming_the_variable(bad_batch, case):
+    report, tmp, trees = bad_batch
+    assert report["stats"][case]["failures"] == 1, report["stats"]
+    assert BAD_INPUTS[case][1] in host_failure(report, case)
+    assert report["stats"][case]["changed"] == 0
+    tree, before = trees[case]
     assert (tree / KIMI).read_bytes() == before
-    assert not (tmp_path / "tools").exists()
+    assert not (tmp / case / "tools").exists()
+    assert not (tmp / "facts.d").exists()
 
 
-def test_missing_source_dir_is_named(tmp_path):
-    report = ansible(tmp_path, playbook(tmp_path), {"sglang_eagle3_patch_tools_dir": str(tmp_path / "tools")})
-    assert stats(report)["failures"] == 1
-    assert "sglang_eagle3_patch_source_dir" in failure_message(report)
+def test_missing_source_dir_is_named(bad_batch):
+    report, _tmp, _trees = bad_batch
+    assert report["stats"][NO_SOURCE_DIR]["failures"] == 1, report["stats"]
+    assert "sglang_eagle3_patch_source_dir" in host_failure(report, NO_SOURCE_DIR)
 
 
 def test_check_entry_point_stops_a_known_crash(tree_copy, tmp_path):
