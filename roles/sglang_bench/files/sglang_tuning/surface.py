@@ -168,10 +168,8 @@ class Surface:
             ks = self.kernel_row(point)
             scale = 1.0 / math.sqrt(var + noise)
             lines = [(mean, var * scale)]
-            for other, i, m, _var, w in measured:
-                if other != point:
-                    cov = ks[i] - sum(map(operator.mul, v, w))
-                    lines.append((m, cov * scale))
+            lines += [(m, (ks[i] - sum(map(operator.mul, v, w))) * scale)  # (its mean, its covariance x scale)
+                      for other, i, m, _var, w in measured if other != point]
             out.append((expected_max_gain(lines), point))
         return out
 
