@@ -124,6 +124,16 @@ def tree_copy(release, tmp_path) -> Callable[..., Path]:
 
 
 @pytest.fixture(scope="session")
+def farm(release) -> Callable[..., Path]:
+    """``farm("0.5.9", dest)`` -> a writable tree under dest, as tree_copy makes one, for a fixture wider than a test."""
+
+    def make(version: str, dest: Path, real: Iterable[str] = (KIMI,)) -> Path:
+        return _farm(release(version), dest / f"sglang-{version}" / "sglang", real)
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def interface_check() -> ModuleType:
     """The package, imported as on a host (its modules import each other: ``from .tree import Tree``)."""
     return load(INTERFACE_CHECK)

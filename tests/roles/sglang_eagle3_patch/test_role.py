@@ -126,31 +126,64 @@ def test_release_with_upstream_methods_is_left_alone(tree_copy, tmp_path):
     assert (tree / KIMI).read_bytes() == before
 
 
-@pytest.mark.parametrize(
-    ("override", "named"),
-    [
-        ({"sglang_eagle3_patch_class": ""}, "sglang_eagle3_patch_class"),
-        ({"sglang_eagle3_patch_source_dir": "/nonexistent/sglang"}, "sglang_eagle3_patch_source_dir"),
-        ({"sglang_eagle3_patch_file": "srt/models/no_such_model.py"}, "sglang_eagle3_patch_file"),
-        ({"sglang_eagle3_patch_methods": "set_eagle3_layers_to_capture"}, "sglang_eagle3_patch_methods"),
-    ],
-    ids=["empty-class", "missing-dir", "missing-file", "methods-not-a-list"],
-)
-def test_bad_input_fails_before_any_change_naming_the_variable(tree_copy, tmp_path, override, named):
-    tree = tree_copy(UNPATCHED)
-    before = (tree / KIMI).read_bytes()
-    report = ansible(tmp_path, playbook(tmp_path), dict(role_vars(tree, tmp_path), **override))
-    assert stats(report)["failures"] == 1
-    assert named in failure_message(report)
-    assert stats(report)["changed"] == 0
+# Bad inputs: (the inventory's values, the variable the failure must name). One run for all of them (below).
+BAD_INPUTS = {
+    "empty-class": ({"sglang_eagle3_patch_class": ""}, "sglang_eagle3_patch_class"),
+    "missing-dir": ({"sglang_eagle3_patch_source_dir": "/nonexistent/sglang"}, "sglang_eagle3_patch_source_dir"),
+    "missing-file": ({"sglang_eagle3_patch_file": "srt/models/no_such_model.py"}, "sglang_eagle3_patch_file"),
+    "methods-not-a-list": ({"sglang_eagle3_patch_methods": "set_eagle3_layers_to_capture"}, "sglang_eagle3_patch_methods"),
+}
+NO_SOURCE_DIR = "no-source-dir"  # sglang_eagle3_patch_source_dir not set at all
+
+
+def host_failure(report: dict, host: str) -> str:
+    """The message of the host's failed task in a run of several hosts."""
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            result = task["hosts"].get(host) or {}
+            if result.get("failed"):
+                return result.get("msg", "")
+    return ""
+
+
+@pytest.fixture(scope="module")
+def bad_batch(farm, tmp_path_factory):
+    """Every bad input in one ansible-playbook run, one local inventory host per case with the case's values as
+    its host variables (its own tree and tools directory), as tests/harness/bad_inputs.py runs a role's bad inputs
+    on the test hosts: (the json callback's report, the run's directory, {case: (tree, the patched file's bytes)}).
+    The role's fact file is an extra variable (it is the role's vars/, which an inventory does not outrank), one
+    for every host: no case may write it."""
+    tmp = tmp_path_factory.mktemp("bad-inputs")
+    hosts, trees = {}, {}
+    for case, (override, _named) in BAD_INPUTS.items():
+        tree = farm(UNPATCHED, tmp / case)
+        trees[case] = (tree, (tree / KIMI).read_bytes())
+        hosts[case] = {"sglang_eagle3_patch_source_dir": str(tree), "sglang_eagle3_patch_python": sys.executable,
+                       "sglang_eagle3_patch_tools_dir": str(tmp / case / "tools"), **override}
+    hosts[NO_SOURCE_DIR] = {"sglang_eagle3_patch_tools_dir": str(tmp / NO_SOURCE_DIR / "tools")}
+    inventory = tmp / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts, "vars": {"ansible_connection": "local"}}}))
+    report = ansible(tmp, playbook(tmp), {"__sglang_eagle3_patch_fact_file": str(tmp / "facts.d" / "sglang_eagle3_patch.fact")},
+                     inventory=str(inventory))
+    return report, tmp, trees
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_fails_before_any_change_naming_the_variable(bad_batch, case):
+    report, tmp, trees = bad_batch
+    assert report["stats"][case]["failures"] == 1, report["stats"]
+    assert BAD_INPUTS[case][1] in host_failure(report, case)
+    assert report["stats"][case]["changed"] == 0
+    tree, before = trees[case]
     assert (tree / KIMI).read_bytes() == before
-    assert not (tmp_path / "tools").exists()
+    assert not (tmp / case / "tools").exists()
+    assert not (tmp / "facts.d").exists()
 
 
-def test_missing_source_dir_is_named(tmp_path):
-    report = ansible(tmp_path, playbook(tmp_path), {"sglang_eagle3_patch_tools_dir": str(tmp_path / "tools")})
-    assert stats(report)["failures"] == 1
-    assert "sglang_eagle3_patch_source_dir" in failure_message(report)
+def test_missing_source_dir_is_named(bad_batch):
+    report, _tmp, _trees = bad_batch
+    assert report["stats"][NO_SOURCE_DIR]["failures"] == 1, report["stats"]
+    assert "sglang_eagle3_patch_source_dir" in host_failure(report, NO_SOURCE_DIR)
 
 
 def test_check_entry_point_stops_a_known_crash(tree_copy, tmp_path):
@@ -181,8 +214,9 @@ def test_check_entry_point_stops_a_known_crash(tree_copy, tmp_path):
 
 def test_check_entry_point_refuses_a_draft_tree_the_backend_cannot_run(tree_copy, tmp_path):
     """The model (sglang_eagle3_patch_check_model, kimi_k25: MLA) reaches the launch check: topk 4 on SM100,
-    where the release's default MLA backend has no tree attention, fails naming the variable; on SM120
-    (triton) it passes."""
+    where the release's default MLA backend has no tree attention, fails naming the variable, and records nothing
+    for the tuner (the role's local fact is written only after a launch check that passed); on SM120 (triton) it
+    passes."""
     tree = tree_copy(PATCHED_UPSTREAM)
     launch = {"tp_size": 8, "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/draft",
               "speculative_num_steps": 3, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}
@@ -193,6 +227,7 @@ def test_check_entry_point_refuses_a_draft_tree_the_backend_cannot_run(tree_copy
     message = failure_message(report)
     assert message.startswith("Launch settings known to fail: spec-topk-above-1-mla-backend:")
     assert "sglang_server_speculative_eagle_topk" in message
+    assert not (tmp_path / "facts.d" / "sglang_eagle3_patch.fact").exists()
     passing = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(
         tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="12.0",
         sglang_eagle3_patch_gpu_count=8))
@@ -201,17 +236,13 @@ def test_check_entry_point_refuses_a_draft_tree_the_backend_cannot_run(tree_copy
 
 def test_the_check_records_the_launch_check_it_passed_for_the_tuner(tree_copy, tmp_path):
     """After a launch check that passed, the role's local fact holds what the check was asked (the tuner of role
-    sglang_bench asks it again about its candidates), 0600; a refused one and a check without launch settings
-    (the patch playbook's) leave the record as it is."""
+    sglang_bench asks it again about its candidates), 0600; a check without launch settings (the patch playbook's)
+    leaves the record as it is. (A refused launch check records nothing:
+    test_check_entry_point_refuses_a_draft_tree_the_backend_cannot_run.)"""
     tree = tree_copy(PATCHED_UPSTREAM)
     fact_file = tmp_path / "facts.d" / "sglang_eagle3_patch.fact"
     launch = {"tp_size": 8, "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/models/draft",
               "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
-    refused = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(
-        tree, tmp_path, sglang_eagle3_patch_launch_args={**launch, "speculative_eagle_topk": 2,
-                                                         "speculative_num_draft_tokens": 6},
-        sglang_eagle3_patch_gpu_arch="10.0", sglang_eagle3_patch_gpu_count=8))
-    assert stats(refused)["failures"] == 1 and not fact_file.exists()
     report = ansible(tmp_path, playbook(tmp_path, "check"), role_vars(
         tree, tmp_path, sglang_eagle3_patch_launch_args=launch, sglang_eagle3_patch_gpu_arch="10.0",
         sglang_eagle3_patch_gpu_count=8))

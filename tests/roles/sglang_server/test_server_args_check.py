@@ -91,6 +91,8 @@ BAD = {
     "post-init check": ({}, ["--enable-tokenizer-batch-encode", "--enable-dynamic-batch-tokenizer"],
                         "_handle_tokenizer_batching", "--enable-dynamic-batch-tokenizer", "Cannot enable both"),
 }
+# The tool's command line as the role runs it, with a value the release refuses.
+CLI_REFUSAL = ["--json", "--api-key-set", "--argv-json", json.dumps(rendered(attention_backend="bogus"))]
 # A host of 8 SM120 GPUs over PCIe with P2P (gpu_preflight's fact): the reference host.
 REFERENCE_HOST = rr.preflight_fact(
     rr.rtx_pro_6000(8), rr.nvidia_smi_matrix(8, lambda a, b: "PIX" if a // 2 == b // 2 else "SYS"),
@@ -113,13 +115,17 @@ def run_cases(venv: Path, cases: list[dict]) -> list[dict]:
 def release_run(release, tmp_path_factory) -> dict:
     """Every case on one release, in one process of its Python: the role's rendering of the reference host for
     it (its features asked of its tree), the GOOD and BAD command lines, the legacy --cuda-graph-max-bs, and on
-    0.5.9 the cuDNN cases. {"features", "rendered": {name: the role's rendering}, "cases", "reports"}."""
+    0.5.9 the tool's command line and the cuDNN cases. {"features", "rendered": {name: the role's rendering}, "cases",
+    "reports"}."""
     version, venv = release
     features = rr.features(version, tmp_path_factory.mktemp("tree"))
     renames = features["options"]
+    # First, so that it imports the release's SGLang itself: the tool as the role runs it (a script, its exit status
+    # and its stdout), on the release with torch 2.9.1 in production.
+    cases = {"command line": {"cli": CLI_REFUSAL}} if version == "0.5.9" else {}
     role = {"reference": rr.server(features, REFERENCE_HOST),
             "reference tuned": rr.server(features, REFERENCE_HOST, sglang_server_cuda_graph_max_bs=64)}
-    cases = {name: {"argv": r["argv"], "api_key_set": True, "env": r["env"]} for name, r in role.items()}
+    cases.update({name: {"argv": r["argv"], "api_key_set": True, "env": r["env"]} for name, r in role.items()})
     cases.update(good(renames))
     cases.update({name: {"argv": rendered(extra, renames, **changes)} for name, (changes, extra, *_) in BAD.items()})
     cases["legacy cuda graph flag"] = {"argv": rendered(cuda_graph_max_bs=64)}
@@ -208,13 +214,14 @@ def test_a_flag_or_value_the_release_rejects_is_refused_naming_it(release, repor
     assert refusal["step"] == step and flag in refusal["flags"] and words in refusal["message"], refusal
 
 
-def test_the_command_line_tool_exits_1_with_the_refusal_as_json():
-    """The tool as the role runs it (the cases above call its check() in one process per release)."""
-    venv = serverargs_release.ensure("0.5.9")
-    proc = subprocess.run([str(venv / "bin" / "python"), "-B", str(TOOL), "--json", "--api-key-set", "--argv-json",
-                           json.dumps(rendered(attention_backend="bogus"))], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+@pytest.mark.parametrize("release", ["0.5.9"], indirect=True)
+def test_the_command_line_tool_exits_1_with_the_refusal_as_json(release, reports):
+    """The tool as the role runs it (the other cases call its check()): run as a script in the release's Python,
+    which it imports itself (serverargs_cases.py runs this case first, with the tool's directory on sys.path as
+    `python -B TOOL` has it), exit status 1 and nothing on stdout but the report."""
+    result = reports["command line"]
+    assert result["exit"] == 1, result
+    report = json.loads(result["stdout"])
     assert report["sglang_version"] == "0.5.9" and report["refused"]["flags"] == ["--attention-backend"]
 
 

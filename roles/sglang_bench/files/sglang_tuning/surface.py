@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Point = tuple[int, int, int]
 
@@ -37,7 +37,8 @@ Point = tuple[int, int, int]
 LENGTHS = (1.0, 1.75, 3.0, 5.0)
 SIGNALS = (0.02, 0.06, 0.15, 0.4)  # prior spread of the response, relative to the start
 # The kernel, k(a, b) = signal * signal * math.exp(-0.5 * (math.dist(a, b) / length) ** 2), is written out where
-# it is computed (Surface's fit, posterior and knowledge_gradient: most of a tuning's time), not called.
+# it is computed (most of a tuning's time), not called: in Surface.fit, its exponential once per length for every
+# signal, and in Surface.kernel_row, once per point for its posterior and its knowledge gradient.
 
 
 def coords(point: Point) -> tuple[float, float, float]:
@@ -45,20 +46,22 @@ def coords(point: Point) -> tuple[float, float, float]:
     return float(steps), math.log2(topk), math.log2(draft)
 
 
-def _cholesky(m: list[list[float]]) -> list[list[float]] | None:
-    n = len(m)
-    low = [[0.0] * n for _ in range(n)]
+def _cholesky(shape: list[list[float]], s2: float, noise: list[float]) -> list[list[float]] | None:
+    """The Cholesky factor of the kernel matrix s2 * shape + diag(noise), its entries formed where they are read."""
+    n = len(shape)
+    low: list[list[float]] = []
     for i in range(n):
-        row_i = low[i]
-        for j in range(i + 1):
+        row_i: list[float] = []  # grows to its first j entries: map() below stops there, with no copy of a slice
+        shape_i = shape[i]
+        for j in range(i):
             row_j = low[j]
-            s = m[i][j] - sum(map(operator.mul, row_i[:j], row_j[:j]))  # the products in order, as a loop adds them
-            if i == j:
-                if s <= 0.0:
-                    return None
-                row_i[i] = math.sqrt(s)
-            else:
-                row_i[j] = s / row_j[j]
+            row_i.append((s2 * shape_i[j] - sum(map(operator.mul, row_i, row_j))) / row_j[j])  # the products in order
+        s = s2 * shape_i[i] + noise[i] - sum(map(operator.mul, row_i, row_i))
+        if s <= 0.0:
+            return None
+        row_i.append(math.sqrt(s))
+        row_i.extend([0.0] * (n - i - 1))
+        low.append(row_i)
     return low
 
 
@@ -73,8 +76,9 @@ def _solve_upper_t(low: list[list[float]], b: Sequence[float]) -> list[float]:
     """Solve L^T x = b."""
     n = len(low)
     out = [0.0] * n
+    columns = list(zip(*low, strict=True))  # columns[i][k] = low[k][i] (the rows are padded to n)
     for i in range(n - 1, -1, -1):
-        out[i] = (b[i] - sum(low[k][i] * out[k] for k in range(i + 1, n))) / low[i][i]
+        out[i] = (b[i] - sum(map(operator.mul, columns[i][i + 1:], out[i + 1:]))) / low[i][i]  # k = i+1 .. n-1, in order
     return out
 
 
@@ -89,6 +93,17 @@ class Surface:
     prior: float
     length: float
     signal: float
+    # posterior()'s k(X, point) of each point asked: knowledge_gradient's covariances start from the same kernel values.
+    _kernel_rows: dict[Point, list[float]] = field(default_factory=dict, repr=False, compare=False)
+
+    def kernel_row(self, point: Point) -> list[float]:
+        """k(X, point): the kernel between every observed point and this one."""
+        row = self._kernel_rows.get(point)
+        if row is None:
+            x = coords(point)
+            s2, length = self.signal * self.signal, self.length
+            row = self._kernel_rows[point] = [s2 * math.exp(-0.5 * (math.dist(x, b) / length) ** 2) for b in self.xs]
+        return row
 
     @classmethod
     def fit(cls, observations: Iterable[tuple[Point, float, float]]) -> Surface | None:
@@ -105,10 +120,10 @@ class Surface:
         # The distances once for every length and signal.
         dists = [[math.dist(a, b) for b in xs] for a in xs]
         for length in LENGTHS:
+            # The kernel's shape once for every signal: _cholesky forms k = signal * signal * shape + diag(noise).
+            shapes = [[math.exp(-0.5 * (d / length) ** 2) for d in row] for row in dists]
             for signal in SIGNALS:
-                k = [[signal * signal * math.exp(-0.5 * (d / length) ** 2) + (noise[i] if i == j else 0.0)
-                      for j, d in enumerate(row)] for i, row in enumerate(dists)]
-                low = _cholesky(k)
+                low = _cholesky(shapes, signal * signal, noise)
                 if low is None:
                     continue
                 w = _solve_lower(low, resid)
@@ -126,9 +141,7 @@ class Surface:
     def posterior(self, point: Point) -> tuple[float, float, list[float]]:
         """The posterior mean and variance at a point, and L^-1 k(X, point) (its covariance with any other point
         is the kernel's less the dot product of theirs)."""
-        x = coords(point)
-        s2, length = self.signal * self.signal, self.length
-        ks = [s2 * math.exp(-0.5 * (math.dist(x, b) / length) ** 2) for b in self.xs]
+        ks = self.kernel_row(point)
         mean = self.prior + sum(map(operator.mul, ks, self.alpha))
         v = _solve_lower(self.low, ks)
         return mean, self.signal * self.signal - sum(map(operator.mul, v, v)), v
@@ -141,40 +154,45 @@ class Surface:
         the best measured point, so this is what one start at the candidate is worth to it: a point measured
         often, or far below the best, is worth little; an uncertain one that could overtake the best, much.
         `posteriors`: posterior() of every candidate and measured point."""
-        measured = [(p, coords(p), *posteriors[p]) for p in dict.fromkeys(self.points)]
-        top = max(m for _p, _x, m, _var, _v in measured)
+        first = {}  # each measured point's first place among the observations (its column of kernel_row)
+        for i, p in enumerate(self.points):
+            first.setdefault(p, i)
+        measured = [(p, i, *posteriors[p]) for p, i in first.items()]
+        top = max(m for _p, _i, m, _var, _v in measured)
         out = []
         for point in candidates:
             mean, var, v = posteriors[point]
             if var <= 0.0 or mean + 4.0 * math.sqrt(var) < top:  # it could not overtake the best: ~0
                 out.append((0.0, point))
                 continue
-            x = coords(point)
+            ks = self.kernel_row(point)
             scale = 1.0 / math.sqrt(var + noise)
             lines = [(mean, var * scale)]
-            s2, length = self.signal * self.signal, self.length
-            for other, xo, m, _var, w in measured:
-                if other != point:
-                    cov = s2 * math.exp(-0.5 * (math.dist(x, xo) / length) ** 2) - sum(map(operator.mul, v, w))
-                    lines.append((m, cov * scale))
+            lines += [(m, (ks[i] - sum(map(operator.mul, v, w))) * scale)  # (its mean, its covariance x scale)
+                      for other, i, m, _var, w in measured if other != point]
             out.append((expected_max_gain(lines), point))
         return out
 
 
+_SQRT2, _SQRT2PI = math.sqrt(2.0), math.sqrt(2.0 * math.pi)
+
+
 def _f(z: float) -> float:
     """z Phi(z) + phi(z)."""
-    return z * 0.5 * (1.0 + math.erf(z / math.sqrt(2.0))) + math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return z * 0.5 * (1.0 + math.erf(z / _SQRT2)) + math.exp(-0.5 * z * z) / _SQRT2PI
 
 
 def expected_max_gain(lines: list[tuple[float, float]]) -> float:
     """E[max_i (a_i + b_i Z)] - max_i a_i for Z ~ N(0, 1) (Frazier, Powell and Dayanik 2009, the upper envelope of
-    the lines a + b z): what one observation that moves every mean by b_i Z adds to the best mean."""
+    the lines a + b z): what one observation that moves every mean by b_i Z adds to the best mean. Called for every
+    candidate of every search step: _f is written out in the last loop, not called."""
     best: dict[float, float] = {}
-    for a, b in lines:  # of lines with the same slope, the highest
-        best[b] = max(a, best.get(b, -math.inf))
-    ordered = sorted(best.items())
+    get = best.get
+    for a, b in lines:  # of lines with the same slope, the highest (the first of equals, as max() keeps it)
+        if a >= get(b, -math.inf):
+            best[b] = a
     hull: list[tuple[float, float, float]] = []  # (slope, intercept, z where it starts to lead)
-    for b, a in ordered:
+    for b, a in sorted(best.items()):
         while hull:
             b0, a0, z0 = hull[-1]
             z = (a0 - a) / (b - b0)  # where this line overtakes the last one
@@ -185,9 +203,13 @@ def expected_max_gain(lines: list[tuple[float, float]]) -> float:
             break
         else:
             hull.append((b, a, -math.inf))
-    gain = 0.0
-    for (b0, _a0, _z0), (b1, _a1, z1) in zip(hull, hull[1:], strict=False):
-        gain += (b1 - b0) * _f(-abs(z1))
+    if not hull:  # no line
+        return 0.0
+    gain, b0, erf, exp = 0.0, hull[0][0], math.erf, math.exp
+    for b1, _a1, z1 in hull[1:]:
+        z = -abs(z1)  # each change of leader adds (b1 - b0) _f(-|z|)
+        gain += (b1 - b0) * (z * 0.5 * (1.0 + erf(z / _SQRT2)) + exp(-0.5 * z * z) / _SQRT2PI)
+        b0 = b1
     return gain
 
 
