@@ -201,7 +201,7 @@ def test_a_move_whose_new_unit_never_answers_gives_the_port_back_under_traffic(h
         times.unlink(missing_ok=True)
         with MigrationTraffic() as traffic:
             time.sleep(5)
-            proc, wall = playbook("router.yml", "-e", json.dumps({"sglang_router_readiness_timeout": 20}),
+            proc, wall = playbook("router.yml", "-e", json.dumps({"sglang_router_readiness_timeout": 30}),
                                   task_times=times)
             time.sleep(10)  # the long streams of the handover instance and of sglang-router end
     finally:
