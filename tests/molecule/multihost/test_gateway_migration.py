@@ -284,3 +284,36 @@ def test_sglang_router_moves_to_smg_in_one_run_under_traffic(host):
     assert figures["long_streams_ok"] >= 2 and crossing, longs
     for name in GPUS:  # the servers were never touched
         assert gpu(name).service("sglang-server").is_running
+
+
+def test_a_restart_for_a_changed_setting_hands_the_port_over_under_traffic(host):
+    """A restart of the running gateway for a new unit (a changed setting) goes through the same handover: the handover
+    instance with the new setting serves while smg's unit restarts (its old process finishing what it carries), then
+    the real port again. Under traffic, changed and back: 0 failed requests, the handover gone each time."""
+    for interval in (3, 2):  # 2: the scenario's own (group_vars), so that the later idempotence test finds it so
+        pid = host.check_output("systemctl show -p MainPID --value smg")
+        times = FIGURES.with_name(f"restart-{interval}.tasks.jsonl")
+        times.unlink(missing_ok=True)
+        wait_all_healthy()
+        with MigrationTraffic() as traffic:
+            time.sleep(3)
+            proc, wall = playbook("router.yml", "-e", json.dumps({"sglang_router_health_check_interval_secs": interval}),
+                                  task_times=times)
+            time.sleep(8)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-5000:]
+        did, _ = task_events(times)
+        assert (REDIRECT, "ok") in did and (STOP_OLD, "ok") not in did, sorted(did)
+        assert ("sglang_router : Restart sglang-router", "ok") in did, sorted(did)
+        assert host.check_output("systemctl show -p MainPID --value smg") != pid  # restarted
+        assert f" --health-check-interval-secs {interval} " in host.check_output("systemctl show -p ExecStart smg")
+        assert_no_handover(host)
+        assert listener_unit(host, ROUTER_PORT) == "smg.service"
+        figures = outcome_figures(traffic.outcomes)
+        print(f"restart for interval {interval}: {figures['requests']} requests, {figures['failed']} failed; play {wall:.1f} s")
+        record(**{f"restart_{interval}_{k}": v for k, v in figures.items() if k != "long_stream_s"},
+               **{f"restart_{interval}_play_s": round(wall, 1)})
+        failed = [o for o in traffic.outcomes if o[3] != "ok"]
+        assert failed == [], failed[:10]
+        assert figures["long_streams_ok"] >= 2, figures
+    wait_all_healthy()
