@@ -340,6 +340,93 @@ def test_router_keeps_serving_when_one_server_is_killed(host):
     wait_all_healthy(timeout=120)  # systemd restarts it and the router's health check takes it back
 
 
+def health_settings(host):
+    """The health check's settings smg runs with, read from its unit (what the role rendered)."""
+    argv = host.check_output(f"systemctl show -p ExecStart --value {SERVICE}")
+    flags = ("health-check-timeout-secs", "health-check-interval-secs", "health-failure-threshold",
+             "health-success-threshold")
+    return {flag: float(re.search(rf"--{flag} (\S+)", argv).group(1)) for flag in flags}
+
+
+def wait_worker(url, healthy, timeout):
+    """Seconds until the gateway lists worker `url` with is_healthy == healthy; fails with its list after timeout."""
+    began, listed = time.monotonic(), None
+    while time.monotonic() - began < timeout:
+        try:
+            listed = {w["url"]: w["is_healthy"] for w in workers()}
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            listed = repr(exc)
+        else:
+            if listed.get(url) is healthy:
+                return time.monotonic() - began
+        time.sleep(0.5)
+    raise AssertionError(f"{url} not listed {'healthy' if healthy else 'unhealthy'} within {timeout:.0f} s: {listed}")
+
+
+def test_a_server_that_stops_answering_leaves_the_gateway_and_returns_once_it_answers(host):
+    """A hung server, not a dead one: SIGSTOP to the unit's processes (its port still accepts connections, nothing
+    answers). The gateway's health check takes it out within failure_threshold probes of timeout + interval (the
+    settings read from smg's unit), requests then go to the other host, and after SIGCONT the check takes it back.
+    The requests that reached the hung server before it was taken out are counted, with how they ended."""
+    wait_all_healthy()
+    cfg = health_settings(host)
+    timeout, interval = cfg["health-check-timeout-secs"], cfg["health-check-interval-secs"]
+    out_bound = cfg["health-failure-threshold"] * (timeout + interval) + 30  # + 30 s: a busy test machine
+    back_bound = cfg["health-success-threshold"] * interval + timeout + 30
+    victim, url = gpu(GPUS[0]), f"http://{GPUS[0]}:{SERVER_PORT}"
+    outcomes, lock, stop = [], threading.Lock(), threading.Event()
+
+    def client(i):
+        n = 0
+        while not stop.is_set():
+            n += 1
+            began = time.monotonic()
+            try:
+                good = generate(router_url(), stream=(i + n) % 2 == 0, tokens=24, timeout=600)
+                error = None if good else "incomplete answer"
+            except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
+                good, error = False, repr(exc)
+            with lock:
+                outcomes.append((began, time.monotonic(), good, error))
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(3)]
+    after_out = []
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(2)
+        victim.run_expect([0], "systemctl kill --signal=SIGSTOP sglang-server")
+        stopped = time.monotonic()
+        out_s = wait_worker(url, healthy=False, timeout=out_bound)
+        # Taken out: new requests go to the other host only, each answered at once.
+        for n in range(6):
+            began = time.monotonic()
+            after_out.append((generate(router_url(), stream=n % 2 == 0, tokens=24, timeout=60),
+                              time.monotonic() - began))
+    finally:
+        victim.run("systemctl kill --signal=SIGCONT sglang-server")
+        resumed = time.monotonic()
+    try:
+        back_s = wait_worker(url, healthy=True, timeout=back_bound)
+        time.sleep(3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=660)
+    hung = [o for o in outcomes if o[0] < stopped + out_s and o[1] > resumed]  # waited on the hung server
+    failed = [o for o in outcomes if not o[2]]
+    print(f"hung server: taken out {out_s:.1f} s after SIGSTOP (bound {out_bound:.0f} s: {cfg}), back {back_s:.1f} s "
+          f"after SIGCONT (bound {back_bound:.0f} s); requests {len(outcomes)}, {len(hung)} waited across the hang, "
+          f"{len(failed)} failed {[o[3] for o in failed][:5]}; while out: {after_out}")
+    record(hung_server_out_s=round(out_s, 1), hung_server_back_s=round(back_s, 1),
+           hung_server_requests=len(outcomes), hung_server_requests_across_hang=len(hung),
+           hung_server_requests_failed=len(failed))
+    assert all(good for good, _ in after_out), after_out
+    assert all(seconds < 30 for _, seconds in after_out), after_out  # not queued behind the hung server
+    assert victim.service("sglang-server").is_running
+    wait_all_healthy()
+
+
 def test_router_overhead_per_request(host):
     wait_all_healthy()
     direct, routed = f"http://{address(GPUS[1])}:{SERVER_PORT}", router_url()
