@@ -33,15 +33,25 @@ options:
     default: ""
     no_log: true
   workers:
-    description: Worker URLs to register (present) or remove (absent).
+    description: Worker URLs to register (present) or remove (absent); not read with C(live).
     type: list
     elements: str
-    required: true
+    default: []
   state:
-    description: C(present) registers missing workers, C(absent) removes registered ones.
+    description:
+      - C(present) registers missing workers, C(absent) removes registered ones.
+      - C(live) only waits until the gateway answers C(GET /liveness) with 200 (a refused connection is waited for
+        too), for at most I(timeout) seconds; it changes nothing.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, live]
     default: present
+  socket_mark:
+    description:
+      - A firewall mark (SO_MARK, root only) set on every connection the module opens; 0 sets none.
+      - The role's handover (tasks/handover.yml) exempts connections with its mark from the redirect of the gateway's
+        port, so that the module reaches the gateway on the real port while clients are sent to the handover instance.
+    type: int
+    default: 0
   wait_healthy:
     description: With C(present), also wait until the router reports every listed worker healthy.
     type: bool
@@ -77,7 +87,9 @@ workers:
   returned: always
 """
 
+import http.client
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -89,19 +101,68 @@ class RouterError(Exception):
     pass
 
 
+SO_MARK = getattr(socket, "SO_MARK", 36)  # Linux; Python names it from 3.12 on
+
+
+def marked_opener(mark: int):
+    """A urllib opener whose HTTP connections carry the firewall mark `mark` (set before connect, so the first packet
+    has it: the nat hook decides on that one)."""
+
+    class MarkedConnection(http.client.HTTPConnection):
+        def connect(self):
+            error = OSError(f"no address for {self.host}")
+            for family, kind, proto, _, address in socket.getaddrinfo(self.host, self.port, 0, socket.SOCK_STREAM):
+                sock = socket.socket(family, kind, proto)
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, SO_MARK, mark)
+                    sock.settimeout(self.timeout)
+                    sock.connect(address)
+                except OSError as exc:
+                    sock.close()
+                    error = exc
+                    continue
+                self.sock = sock
+                return
+            raise error
+
+    class MarkedHandler(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(MarkedConnection, req)
+
+    return urllib.request.build_opener(MarkedHandler)
+
+
 class Router:
-    def __init__(self, base: str, api_key: str, timeout: float = 10.0) -> None:
+    def __init__(self, base: str, api_key: str, timeout: float = 10.0, mark: int = 0) -> None:
         self.base = base.rstrip("/")
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.timeout = timeout
+        self.open = marked_opener(mark).open if mark else urllib.request.urlopen
+
+    def live(self, timeout: float) -> None:
+        """Until GET /liveness answers 200 (connection errors and other answers waited for), at most timeout s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with self.open(urllib.request.Request(self.base + "/liveness"), timeout=self.timeout) as resp:
+                    if resp.status == 200:
+                        return
+                    last = f"HTTP {resp.status}"
+            except urllib.error.HTTPError as exc:
+                last = f"HTTP {exc.code}"
+            except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+                last = str(getattr(exc, "reason", exc))
+            if time.monotonic() >= deadline:
+                raise RouterError(f"GET /liveness: no answer 200 within {timeout:.0f} s (last: {last})")
+            time.sleep(0.5)
 
     def call(self, method: str, path: str, body: dict | None = None):
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base + path, data=data, headers=self.headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with self.open(req, timeout=self.timeout) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:300]
@@ -128,7 +189,11 @@ def wait_for(router: Router, done, timeout: float, what: str) -> dict[str, dict]
 
 def run(module: AnsibleModule) -> dict:
     p = module.params
-    router = Router(p["router_url"], p["api_key"])
+    router = Router(p["router_url"], p["api_key"], mark=p.get("socket_mark") or 0)
+    if p["state"] == "live":
+        if not module.check_mode:
+            router.live(p["timeout"])
+        return {"changed": False, "added": [], "removed": [], "workers": []}
     spec = {"api_key": p["worker_api_key"]} if p["worker_api_key"] else {}
     wanted = [u.rstrip("/") for u in p["workers"]]
     current = router.workers()
@@ -170,8 +235,9 @@ def main() -> None:
             "router_url": {"type": "str", "required": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "worker_api_key": {"type": "str", "default": "", "no_log": True},
-            "workers": {"type": "list", "elements": "str", "required": True},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "workers": {"type": "list", "elements": "str", "default": []},
+            "state": {"type": "str", "choices": ["present", "absent", "live"], "default": "present"},
+            "socket_mark": {"type": "int", "default": 0},
             "wait_healthy": {"type": "bool", "default": False},
             "timeout": {"type": "int", "default": 60},
         },

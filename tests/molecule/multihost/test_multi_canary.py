@@ -18,7 +18,7 @@ import time
 import urllib.error
 from pathlib import Path
 
-from test_gateway_migration import LONG_TOKENS, exchange
+from test_gateway_migration import exchange
 from test_multihost import (
     GPUS,
     KEY,
@@ -51,6 +51,10 @@ FEW_RUNS = ["--skip-tags", "build,model", "-e", json.dumps({"sglang_bench_result
                                                             "sglang_bench_max_drop_pct": 10, "sglang_bench_confidence": 0.999})]
 URLS = {name: f"http://{name}:{SERVER_PORT}" for name in GPUS}
 PLAY = "PLAY [Canary first, then the other GPU hosts in batches]"
+# The rollout's long streams: each must outlast a host's restart (its server stopped until ready again: 5.4 s in the
+# timeline of 2026-12-07, more on a busy machine). 1200 tokens took 4 to 10 s on the simulator (120 steps/s, 2.4
+# tokens a step, the batch shared): not reliably longer. 3600 tokens take 12 to 30 s.
+ROLLOUT_LONG_TOKENS = 3600
 
 
 class WatchedTraffic(Traffic):
@@ -72,7 +76,7 @@ class WatchedTraffic(Traffic):
 
 
 class TimelineTraffic(WatchedTraffic):
-    """The rollout's clients and one long stream after another (LONG_TOKENS, about a host's restart), with a
+    """The rollout's clients and one long stream after another (ROLLOUT_LONG_TOKENS, longer than a host's restart), with a
     sample every quarter second of what the gateway routes to and what each server has in flight, for the
     timeline of one host's leave, drain, restart and return (tests/harness/rollout_timeline.py)."""
 
@@ -81,6 +85,7 @@ class TimelineTraffic(WatchedTraffic):
         self.servers = {name: f"http://{address(name)}:{SERVER_PORT}" for name in GPUS}
         self.samples = []
         self.long_outcomes = []
+        self.long_streams_at = []  # (started, ended, outcome), epoch seconds: beside the playbook's task times
         self.long_in_flight = 0
         self.threads.append(threading.Thread(target=self.long_streams, daemon=True))
 
@@ -88,10 +93,12 @@ class TimelineTraffic(WatchedTraffic):
         while not self.stop.is_set():
             with self.lock:
                 self.long_in_flight += 1
-            outcome = exchange(LONG_TOKENS, stream=True)
+            started = time.time()
+            outcome = exchange(ROLLOUT_LONG_TOKENS, stream=True)
             with self.lock:
                 self.long_in_flight -= 1
                 self.long_outcomes.append(outcome)
+                self.long_streams_at.append((started, time.time(), outcome))
             if outcome != "ok":
                 time.sleep(0.05)  # a refusal answers at once: do not spin
 
@@ -280,12 +287,34 @@ def test_a_release_of_equal_speed_rolls_through_both_hosts(host):
     assert traffic.left == set(URLS.values()), traffic.left
     assert traffic.min_workers == 1
     assert_no_failed_request(traffic)
-    # Streams of about a host's restart crossed both hosts' leave, drain, restart and return: none cut.
+    # Streams longer than a host's restart crossed both hosts' leave, drain, restart and return: none cut.
     assert traffic.long_outcomes and set(traffic.long_outcomes) == {"ok"}, traffic.long_outcomes
     wait_all_healthy()
     record(canary_rollout_two_hosts_wall_s=round(wall, 1), canary_rollout_requests_sent=traffic.sent,
            canary_rollout_requests_failed=traffic.failed, canary_rollout_long_streams=len(traffic.long_outcomes))
     check_timeline(traffic, times)
+    check_long_streams_outlast_restarts(traffic, times)
+
+
+def check_long_streams_outlast_restarts(traffic, times):
+    """Every long stream lasted longer than each host's restart (its server stopped until ready again, from the
+    playbook's task times); those in flight across a whole restart are counted."""
+    events = rollout_timeline.load_events(times)
+    restarts = {}
+    for name in GPUS:
+        at = rollout_timeline.points(events, traffic.samples, name, URLS[name])
+        assert "stopped" in at and "ready" in at, (name, sorted(at))
+        restarts[name] = (at["stopped"][0], at["ready"][0])
+    longest = max(ready - stopped for stopped, ready in restarts.values())
+    durations = sorted(round(ended - started, 1) for started, ended, _ in traffic.long_streams_at)
+    spanning = {name: sum(started < stopped and ended > ready for started, ended, _ in traffic.long_streams_at)
+                for name, (stopped, ready) in restarts.items()}
+    print(f"rollout long streams: {len(durations)}, {durations[0]}-{durations[-1]} s ({ROLLOUT_LONG_TOKENS} tokens); "
+          "restarts (stopped to ready): " + ", ".join(f"{n} {r - s:.1f} s" for n, (s, r) in restarts.items())
+          + "; streams in flight across a whole restart: " + ", ".join(f"{n} {c}" for n, c in spanning.items()))
+    record(rollout_long_stream_min_s=durations[0], rollout_long_stream_max_s=durations[-1],
+           rollout_restart_longest_s=round(longest, 1), rollout_long_streams_spanning_a_restart=sum(spanning.values()))
+    assert durations[0] > longest, (durations, restarts)
 
 
 # The timeline of the canary's leave, drain, restart and return during that rollout (the issue's closing note):
