@@ -145,6 +145,7 @@ def test_podman_enter_runs_inside_the_test_host_like_podman_exec_and_follows_a_r
         assert "PYTEST_CURRENT_TEST" not in host.sh("env").stdout  # a clean environment: nothing of ours leaks in
         # The image's system Python keeps the bytecode of Ansible's module zips (tests/harness/zip_pycache.py).
         assert host.sh("python3 -c 'import zipimport; print(zipimport._compile_source.__module__)'").stdout == "zip_pycache\n"
+        assert_ansible_pipelines_through_the_test_connection_and_records_its_cost(host.name)
         before = podman_enter.container_pid(host.name)
         assert another_process_finds(host.name) == str(before)
         subprocess.run(["podman", "restart", "-t", "5", host.name], check=True, capture_output=True)
@@ -160,6 +161,33 @@ def test_podman_enter_runs_inside_the_test_host_like_podman_exec_and_follows_a_r
         assert stopped.returncode == 125 and "not running" in stopped.stderr
     finally:
         host.remove()
+
+
+def assert_ansible_pipelines_through_the_test_connection_and_records_its_cost(name):
+    """The test connection (connection_plugins/sglang_testhost.py) sends a module through stdin in the one command
+    that runs it, as SSH does with the project's ansible.cfg; under run_tests.py (SGLANG_TEST_RUN_COST) the
+    ansible-playbook run and each command in the test host are recorded with their CPU time (run_cost.py)."""
+    import tempfile
+
+    import run_cost
+
+    with tempfile.TemporaryDirectory() as tmp:
+        play, cost = os.path.join(tmp, "ping.yml"), os.path.join(tmp, "cost.jsonl")
+        with open(play, "w") as f:
+            f.write("- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.ping:\n")
+        env = dict(os.environ, ANSIBLE_CONNECTION_PLUGINS=str(ROOT / "tests" / "harness" / "connection_plugins"),
+                   ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), **{run_cost.VARIABLE: cost})
+        env.pop("ANSIBLE_PIPELINING", None)
+        proc = subprocess.run(["ansible-playbook", "-i", f"{name},", "-e", "ansible_connection=sglang_testhost",
+                               "-e", "ansible_python_interpreter=/usr/bin/python3", "-v", play],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        records = [json.loads(line) for line in open(cost, encoding="utf-8")]
+        totals = run_cost.summary(cost)
+    hosts = [r for r in records if r["kind"] == "host"]
+    assert [r["kind"] for r in records if r["kind"] != "host"] == ["playbook"]
+    assert len(hosts) == 1 and hosts[0]["piped"] and hosts[0]["host"] == name and hosts[0]["cpu"] > 0, records
+    assert totals["runs"] == 1 and totals["host_commands"] == 1 and totals["runs_cpu"] >= totals["host_cpu"] > 0
 
 
 def test_zip_pycache_reuses_code_by_source_text_and_only_from_a_private_directory(tmp_path):
@@ -416,6 +444,26 @@ def test_the_times_table_shows_each_jobs_cpu_against_its_budget_and_marks_one_ov
     assert run_tests.budget_column(under) == "    70 s"
     assert run_tests.budget_column(over) == "    70 s OVER"
     assert run_tests.budget_column(unbudgeted).strip() == ""
+
+
+def test_the_cost_table_splits_a_jobs_cpu_into_its_playbook_runs_their_host_commands_and_the_rest(tmp_path, capsys):
+    """Where a job's CPU went (run_cost.py's records, as the hook and the test connection write them)."""
+    import run_cost
+    import run_tests
+
+    cost = tmp_path / "job.cost.jsonl"
+    lines = [{"kind": "playbook", "self": 1.5, "children": 4.0, "wall": 9.0, "argv": "converge.yml"},
+             {"kind": "host", "host": "h", "cpu": 0.2, "wall": 0.3, "piped": True},
+             {"kind": "host", "host": "h", "cpu": 0.1, "wall": 0.1, "piped": False},
+             {"kind": "playbook", "self": 1.0, "children": 0.5, "wall": 2.0, "argv": "verify.yml"}]
+    cost.write_text("".join(json.dumps(x) + "\n" for x in lines) + "not json\n")
+    totals = run_cost.summary(cost)
+    assert (totals["runs"], totals["host_commands"], totals["piped"]) == (2, 2, 1)
+    assert round(totals["runs_cpu"], 3) == 7.0 and round(totals["host_cpu"], 3) == 0.3
+    assert run_cost.summary(tmp_path / "missing")["runs"] == 0
+    run_tests.print_cost([run_tests.Job("molecule-x", [], cpu=10.0, cost=totals), run_tests.Job("lint", [], cpu=3.0)])
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("molecule-x")]
+    assert row and row[0].split()[1:] == ["2", "7", "s", "2", "0", "s", "3", "s"], row
 
 # The rollout timeline of molecule multihost (tests/harness/rollout_timeline.py) from a made-up upgrade of gpu1:
 # the task times as the callback writes them, samples every second.

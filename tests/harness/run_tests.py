@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import run_cost
 from repo import ROOT
 
 
@@ -42,6 +43,7 @@ class Job:
     seconds: float = 0.0
     cpu: float = 0.0  # user + sys seconds of the job and every process it waited for
     log: Path = field(default=Path())
+    cost: dict = field(default_factory=dict)  # run_cost.summary of the job's ansible-playbook runs
 
 
 # Seconds per job (this machine kind, two at a time): the clean-clone CI run of 2026-12-06 (stop 48; the suite
@@ -82,16 +84,20 @@ def log(msg: str) -> None:
 
 def run(job: Job, logs: Path) -> None:
     job.log = logs / f"{job.name}.log"
+    cost = logs / f"{job.name}.cost.jsonl"
+    cost.unlink(missing_ok=True)
     log(f"start {job.name}: {' '.join(job.argv)}")
     started = time.monotonic()
     with open(job.log, "w") as out:
-        proc = subprocess.Popen(job.argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(job.argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, **{run_cost.VARIABLE: str(cost.resolve())}))
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = job.rc = os.waitstatus_to_exitcode(status)
     job.seconds = time.monotonic() - started
     # The test hosts' own processes (podman's conmon and what runs in the containers) are not
     # descendants of the job: they count only in the machine's total below.
     job.cpu = usage.ru_utime + usage.ru_stime
+    job.cost = run_cost.summary(cost)
     log(f"{'ok  ' if job.rc == 0 else 'FAIL'} {job.name}: {job.seconds:.0f} s, {job.cpu:.0f} s CPU")
 
 
@@ -187,6 +193,7 @@ def run_suite(args: argparse.Namespace, logs: Path, scenarios: list[str]) -> int
           f"({machine_cpu:.0f} CPU-s, test hosts included)")
     print(f"{'suite budget':32s} {SUITE_WALL:7d} s {SUITE_CPU:6d} s  "
           f"{'within' if total <= SUITE_WALL and machine_cpu <= SUITE_CPU else 'OVER'} (wall; the machine's CPU-s)")
+    print_cost(jobs)
     failed = [j for j in jobs if j.rc != 0]
     for job in failed:
         lines = job.log.read_text(errors="replace").splitlines()
@@ -197,6 +204,20 @@ def run_suite(args: argparse.Namespace, logs: Path, scenarios: list[str]) -> int
         print(f"\n== {job.name} failed; last lines of {job.log}:")
         print("\n".join(lines[-60:]))
     return 1 if failed else 0
+
+
+def print_cost(jobs: list[Job]) -> None:
+    """Where each job's CPU went (tests/harness/run_cost.py): its ansible-playbook runs (their CPU, workers and
+    what those ran included), and within them the commands run in test hosts; the rest is the job's own
+    (pytest's Python, testinfra's podman calls, molecule)."""
+    print("\n== where each job's CPU went (ansible-playbook runs; of them, commands in test hosts; the rest)")
+    print(f"{'job':32s} {'runs':>5s} {'CPU':>7s}   {'host cmds':>9s} {'CPU':>7s}   {'rest':>6s}")
+    for job in jobs:
+        c = job.cost
+        if not c:
+            continue
+        print(f"{job.name:32s} {c['runs']:5d} {c['runs_cpu']:7.0f} s {c['host_commands']:9d} {c['host_cpu']:7.0f} s "
+              f"{job.cpu - c['runs_cpu']:6.0f} s")
 
 
 def budget_column(job: Job) -> str:

@@ -15,6 +15,10 @@ container sees them. The container is found by name (``ansible_host``, else the 
 name); its PID is asked from podman once and asked again after the container restarted (a
 test host rebooted from outside).
 
+Pipelining is on unless turned off (option ``pipelining``): the project's ansible.cfg turns it on for SSH,
+so the tests run modules the way a user's hosts get them. Under run_tests.py each command's CPU time is
+recorded for the table of where a job's time went (tests/harness/run_cost.py).
+
 Enable with ``ANSIBLE_CONNECTION_PLUGINS=tests/harness/connection_plugins`` (the Makefile does)
 and ``ansible_connection: sglang_testhost``. Root only, like the harness.
 """
@@ -34,12 +38,28 @@ DOCUMENTATION = """
         vars:
           - name: inventory_hostname
           - name: ansible_host
+      pipelining:
+        description:
+          - Send each module through stdin in the command that runs it (one process per task, as the
+            project's ansible.cfg has it for SSH) instead of copying it to a temporary directory first.
+          - On by default; C(ANSIBLE_PIPELINING=false) turns it off, to compare.
+        type: boolean
+        default: true
+        env:
+          - name: ANSIBLE_PIPELINING
+        ini:
+          - section: connection
+            key: pipelining
+        vars:
+          - name: ansible_pipelining
 """
 
 import os
+import resource
 import shlex
 import subprocess
 import sys
+import time
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.text.converters import to_bytes
@@ -49,6 +69,7 @@ from ansible.plugins.connection import ConnectionBase
 # the pytest test hosts and the molecule verifiers.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import podman_enter as enter  # tests/harness
+import run_cost  # tests/harness: each command's CPU time, for the harness's table (only under run_tests.py)
 
 
 class Connection(ConnectionBase):
@@ -75,7 +96,12 @@ class Connection(ConnectionBase):
     def exec_command(self, cmd, in_data=None, sudoable=True):
         super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         argv = self._enter(["/bin/sh", "-c", cmd])
+        before, began = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
         proc = subprocess.run(argv, input=in_data, capture_output=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run_cost.note_host_command(self.get_option("remote_addr"),
+                                   (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+                                   time.monotonic() - began, piped=bool(in_data))
         return proc.returncode, proc.stdout, proc.stderr
 
     def put_file(self, in_path, out_path):
