@@ -179,7 +179,7 @@ def assert_ansible_pipelines_through_the_test_connection_and_records_its_cost(na
                    ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), **{run_cost.VARIABLE: cost})
         env.pop("ANSIBLE_PIPELINING", None)
         proc = subprocess.run(["ansible-playbook", "-i", f"{name},", "-e", "ansible_connection=sglang_testhost",
-                               "-e", "ansible_python_interpreter=/usr/bin/python3", "-v", play],
+                               "-e", "ansible_python_interpreter=/usr/bin/python3", play],
                               capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         records = [json.loads(line) for line in open(cost, encoding="utf-8")]

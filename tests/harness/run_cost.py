@@ -15,12 +15,12 @@ SGLANG_TEST_RUN_COST to a job's file (`<logs>/<job>.cost.jsonl`), one JSON objec
 
 ``summary(path)`` adds them up for the harness's table. Appends of one short line are atomic between
 processes (O_APPEND), so the concurrent workers of one run can share the file. Nothing is recorded
-without the variable: `make demo`, a lone pytest or molecule run record nothing.
+without the variable: `make demo`, a lone pytest or molecule run record nothing. A run killed by a signal
+(molecule sglang_bench kills a tuning on purpose) writes no record: its CPU counts in the job's rest.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -32,6 +32,8 @@ def _append(record: dict) -> None:
     path = os.environ.get(VARIABLE)
     if not path:
         return
+    import json  # here, not at the top: every Python the harness starts imports this module
+
     line = json.dumps(record, separators=(",", ":")) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
@@ -65,6 +67,8 @@ def watch_playbook() -> None:
 def summary(path: str | os.PathLike) -> dict:
     """Totals of one job's file: ansible-playbook runs and their CPU-seconds, commands on the test hosts
     and theirs (a part of the runs' CPU), the modules that came through stdin."""
+    import json
+
     out = {"runs": 0, "runs_cpu": 0.0, "runs_wall": 0.0, "host_commands": 0, "host_cpu": 0.0, "piped": 0}
     try:
         lines = open(path, encoding="utf-8").read().splitlines()

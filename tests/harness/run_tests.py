@@ -47,7 +47,7 @@ class Job:
 
 
 # Seconds per job (this machine kind, two at a time): the clean-clone run of 2026-12-07 16:00-16:49 (`CI=true bash
-# .ci/run` at 3915363 on a quiet machine: make test 2907 s, 4669 CPU-s of the machine), rounded.
+# .ci/run` at 3915363 on a quiet machine: make test 2907 s, 4669 CPU-s of the machine).
 EXPECTED = {"molecule-multihost": 1594, "pytest-2": 1129, "molecule-sglang_bench": 830, "molecule-default": 599,
             "pytest-1": 409, "molecule-sglang_build": 362, "molecule-sglang_server": 219, "molecule-sglang_model": 198,
             "lint": 75, "molecule-gpu_preflight": 65, "molecule-nvidia_cuda": 66, "molecule-sglang_eagle3_patch": 60,
