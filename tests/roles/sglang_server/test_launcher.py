@@ -34,7 +34,9 @@ def server(tmp_path):
         print("cmdline:", open("/proc/self/cmdline", "rb").read().replace(b"\\0", b" ").decode(), flush=True)
         print("launcher key left in env:", "SGLANG_LAUNCH_API_KEY" in os.environ, flush=True)
         if os.environ.get("SLEEP"):
-            open(os.environ["PIDFILE"], "w").write(str(os.getpid()))
+            # atomically: the test polls for the file and reads it at once
+            open(os.environ["PIDFILE"] + ".tmp", "w").write(str(os.getpid()))
+            os.replace(os.environ["PIDFILE"] + ".tmp", os.environ["PIDFILE"])
             time.sleep(float(os.environ["SLEEP"]))
         sys.exit(int(os.environ.get("EXIT", "0")))
     """))
@@ -80,8 +82,11 @@ def start_sleeping(server, tmp_path):
     env = dict(os.environ, SGLANG_LAUNCH_API_KEY=KEY, SLEEP="60", PIDFILE=str(pidfile))
     proc = subprocess.Popen([sys.executable, str(LAUNCH), "--script", str(server), "--"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while not pidfile.exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30
+    while not pidfile.exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"the launched server wrote no pid within 30 s (launcher exit: {proc.poll()})")
         time.sleep(0.05)
     return proc, int(pidfile.read_text())
 
