@@ -556,3 +556,108 @@ def test_the_task_times_callback_writes_each_start_and_result_without_hidden_mes
     assert lines[1]["msg"] == "drained in 1 s" and "msg" not in lines[3] and lines[5]["msg"] == "it failed, said so"
     assert lines[0]["t"] <= lines[1]["t"] <= lines[2]["t"]
     assert "not-for-the-log" not in times.read_text()
+
+
+def _playbook_with_hooks(tmp_path, hooks: str, play: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ansible-playbook on localhost with the named harness hooks imported first (as the test targets'
+    sitecustomize does), argv[0] named as the real command."""
+    import sysconfig
+
+    harness = ROOT / "tests" / "harness"
+    (tmp_path / "play.yml").write_text(play)
+    code = (f"import sys; sys.path[:0] = [{str(harness)!r}, {sysconfig.get_paths()['purelib']!r}]; "
+            f"sys.argv[0] = 'ansible-playbook'; import {hooks}; "
+            "from ansible.cli.playbook import main; sys.exit(main())")
+    full_env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+                    ANSIBLE_ROLES_PATH=str(tmp_path / "roles"), **(env or {}))
+    argv = [sys.executable, "-S", "-c", code, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
+            str(tmp_path / "play.yml")]
+    return subprocess.run(argv, env=full_env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+
+def test_plugin_warm_loads_the_filter_plugins_in_ansible_playbook_not_in_each_worker(tmp_path):
+    """tests/harness/plugin_warm.py: a filter plugin file beside the playbook records the process that
+    asks it for its filters. With the hook only ansible-playbook itself asks (the workers inherit the
+    loaded filters); without it every task's worker asks again. A role's own filter, found when the play
+    includes the role at run time (Ansible clears the loaded filters then), still works."""
+    (tmp_path / "filter_plugins").mkdir()
+    log = tmp_path / "asked"
+    (tmp_path / "filter_plugins" / "probe.py").write_text(
+        "import os\n\n\nclass FilterModule:\n    def filters(self):\n"
+        f"        with open({str(log)!r}, 'a') as fh:\n            fh.write(f'{{os.getpid()}}\\n')\n"
+        "        return {'probe_double': lambda v: v * 2}\n")
+    role = tmp_path / "roles" / "withfilter"
+    (role / "filter_plugins").mkdir(parents=True)
+    (role / "tasks").mkdir()
+    (role / "filter_plugins" / "rolefilter.py").write_text(
+        "class FilterModule:\n    def filters(self):\n        return {'role_triple': lambda v: v * 3}\n")
+    (role / "tasks" / "main.yml").write_text(
+        "- name: Use the role's filter\n  ansible.builtin.debug:\n    msg: \"ROLE={{ 5 | role_triple }}\"\n")
+    tasks = "".join(f"    - name: Task {i}\n      ansible.builtin.assert:\n        that: (3 | probe_double) == 6\n"
+                    for i in range(4))
+    play = ("- hosts: localhost\n  gather_facts: false\n  connection: local\n  tasks:\n" + tasks
+            + "    - name: Include a role with filter plugins\n      ansible.builtin.include_role:\n        name: withfilter\n"
+            + "    - name: After the role\n      ansible.builtin.assert:\n        that: (1 | probe_double) == 2\n")
+
+    def askers(env=None) -> tuple[subprocess.CompletedProcess, list[str]]:
+        log.unlink(missing_ok=True)
+        proc = _playbook_with_hooks(tmp_path, "plugin_warm", play, env)
+        assert proc.returncode == 0 and "ROLE=15" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return proc, log.read_text().split()
+
+    _, warm = askers()
+    _, cold = askers({"SGLANG_TEST_NO_PLUGIN_WARM": "1"})
+    assert len(set(cold)) >= 5, cold  # every worker of a task with a filter asked
+    # With the hook: one process asked, more than once only where Ansible cleared the cache (the role).
+    assert len(set(warm)) == 1 and len(warm) <= 3, warm
+    assert warm[0] not in cold
+
+
+def test_template_cache_compiles_a_template_once_per_run_and_keys_it_by_its_text(tmp_path):
+    """tests/harness/template_cache.py (active under `make test`): the first run stores the code Jinja2
+    compiled for each template and expression; the next run builds its templates from it (shown by
+    planting another constant in an entry); other text is another entry; a template with a syntax error
+    fails as Ansible says, and is not stored; with no cache directory nothing is stored."""
+    import marshal
+    import types
+
+    play = ("- hosts: localhost\n  gather_facts: false\n  connection: local\n  tasks:\n"
+            "    - name: Template\n      ansible.builtin.debug:\n        msg: \"SAID={{ 'MARKER-' ~ 'ONE' | upper }}\"\n"
+            "    - name: Expression\n      ansible.builtin.debug:\n        msg: WHEN-RAN\n"
+            "      when: \"'MARKER-TWO' | length == 10\"\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def run(cache_dir: str, text: str = play) -> subprocess.CompletedProcess:
+        return _playbook_with_hooks(tmp_path, "template_cache", text, {"SGLANG_TEST_ANSIBALLZ_CACHE": cache_dir})
+
+    first = run("")
+    assert first.returncode == 0 and "SAID=MARKER-ONE" in first.stdout and not list(cache.iterdir())
+    assert "SAID=MARKER-ONE" in run(str(cache)).stdout
+    entries = list(cache.glob("jinja-*"))
+
+    def constants(code):
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                yield from constants(const)
+            else:
+                yield const
+
+    def plant(code, old, new):
+        consts = tuple(plant(c, old, new) if isinstance(c, types.CodeType) else (new if c == old else c)
+                       for c in code.co_consts)
+        return code.replace(co_consts=consts)
+
+    marked = [e for e in entries if "MARKER-" in constants(marshal.loads(e.read_bytes()))]
+    assert len(marked) == 1, entries  # 'MARKER-' ~ 'ONE': the template's entry
+    marked[0].write_bytes(marshal.dumps(plant(marshal.loads(marked[0].read_bytes()), "MARKER-", "PLANTED-")))
+    second = run(str(cache))
+    assert second.returncode == 0 and "SAID=PLANTED-ONE" in second.stdout, second.stdout[-3000:]
+    assert "WHEN-RAN" in second.stdout
+    # Other text, other entry: a changed template compiles afresh.
+    assert "SAID=MARKER-THREE" in run(str(cache), play.replace("'ONE'", "'THREE'")).stdout
+    assert len(list(cache.glob("jinja-*"))) == len(entries) + 1
+    # A syntax error: Ansible's failure, nothing stored.
+    broken = run(str(cache), play.replace("| upper }}", "| upper }"))
+    assert broken.returncode != 0 and "Syntax error in template" in broken.stdout, broken.stdout[-3000:]
+    assert len(list(cache.glob("jinja-*"))) == len(entries) + 1

@@ -5,7 +5,9 @@ The Makefile puts this directory first on PYTHONPATH for pytest, molecule, `make
 operators' `make venv` installs none of it. It loads tests/harness/zip_pycache.py (the bytecode of
 Ansible's module zips kept between tasks) and tests/harness/ansiballz_cache.py (module payloads and
 routing tables shared between the ansible-playbook runs of one `make test`; inactive unless
-run_tests.py sets SGLANG_TEST_ANSIBALLZ_CACHE) and tests/harness/run_cost.py (each ansible-playbook
+run_tests.py sets SGLANG_TEST_ANSIBALLZ_CACHE), tests/harness/template_cache.py (Jinja2 templates compiled once
+per run, same condition), tests/harness/plugin_warm.py (Jinja2 filter and test plugins loaded
+once per play in ansible-playbook, not again in each task's worker) and tests/harness/run_cost.py (each ansible-playbook
 run's CPU time, for the table of where a job's time went; inactive unless run_tests.py sets
 SGLANG_TEST_RUN_COST), then the ``sitecustomize`` this one hides, if any
 (Debian's, for instance).
@@ -30,6 +32,10 @@ def _load() -> None:
             import zip_pycache  # noqa: F401
         with contextlib.suppress(Exception):
             import ansiballz_cache  # noqa: F401
+        with contextlib.suppress(Exception):
+            import template_cache  # noqa: F401
+        with contextlib.suppress(Exception):
+            import plugin_warm  # noqa: F401
         with contextlib.suppress(Exception):
             import run_cost
 

@@ -1,0 +1,161 @@
+"""TEST HARNESS ONLY: compile each Jinja2 template and expression once per `make test`, not once per task.
+
+Why: Ansible templates every task's arguments and conditions in the worker it forks for that task, and
+compiles each template string there (Jinja2's parse, code generation and Python's compile()); the
+worker exits, and the next task of the same role, the same role on the next host, or the next
+ansible-playbook run compiles the same strings again. In a validation run of role sglang_model
+(cProfile in every worker) compiling was about a quarter of the workers' profiled time: 743 compiles, 3.3 of
+13.5 s.
+
+This hook keeps the Python code object Jinja2 compiles for a string (marshal, one file per key) in the
+directory run_tests.py makes for its run (SGLANG_TEST_ANSIBALLZ_CACHE, shared with
+ansiballz_cache.py, removed at the end), and builds the template from it, as Jinja2's own
+``from_string`` does with a fresh compile. The key holds everything the compile reads: the source
+string, the template's name and file name, the environment's class, lexer settings, extensions,
+finalize and autoescape, the backslash-escaping state Ansible's lexer reads, and the versions of
+Ansible, Jinja2 and Python. Only a compile that succeeded is kept (a syntax error is compiled, and
+raised, as Ansible does); a template node built by other code, Ansible's template debugging, and any
+error in the hook fall back to Jinja2's own code. SGLANG_TEST_NO_TEMPLATE_CACHE=1 turns it off, to
+compare. Active only under run_tests.py, like ansiballz_cache.py: `make demo`, a lone pytest or
+molecule run compile as Ansible does.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+
+DIRECTORY = os.environ.get("SGLANG_TEST_ANSIBALLZ_CACHE", "")
+MODULE = "ansible._internal._templating._jinja_bits"
+
+# The expression a compile_expression call is compiling (its node tree is built from this string alone).
+_EXPRESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar("sglang_test_expression", default=None)
+
+_LEXER_FIELDS = ("block_start_string", "block_end_string", "variable_start_string", "variable_end_string",
+                 "comment_start_string", "comment_end_string", "line_statement_prefix", "line_comment_prefix",
+                 "trim_blocks", "lstrip_blocks", "newline_sequence", "keep_trailing_newline")
+
+
+def _key(bits, env, kind: str, source: str, name, filename) -> str:
+    import hashlib
+
+    import jinja2
+    from ansible import __version__
+
+    ctx = bits._TemplateCompileContext.current(optional=True)
+    finalize = getattr(env, "finalize", None)
+    parts = [__version__, jinja2.__version__, sys.version, kind, repr(name), repr(filename),
+             f"{type(env).__module__}.{type(env).__qualname__}",
+             f"{env.code_generator_class.__module__}.{env.code_generator_class.__qualname__}",
+             repr([getattr(env, field) for field in _LEXER_FIELDS]), repr(sorted(env.extensions)),
+             repr(bool(getattr(env, "optimized", True))), repr(bool(getattr(env, "is_async", False))),
+             repr(env.autoescape if isinstance(env.autoescape, bool) else id(env.autoescape)),
+             "" if finalize is None else f"{getattr(finalize, '__module__', '')}.{getattr(finalize, '__qualname__', '')}",
+             repr(None if ctx is None else ctx.escape_backslashes)]
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape"))
+    digest.update(b"\0" + str(source).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def _load(path: str):
+    import marshal
+
+    try:
+        with open(path, "rb") as fh:
+            return marshal.load(fh)
+    except FileNotFoundError:
+        return None
+
+
+def _store(path: str, code) -> None:
+    import marshal
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        marshal.dump(code, fh)
+    os.replace(tmp, path)
+
+
+def _patch(bits) -> None:
+    import types
+
+    import jinja2
+    from jinja2 import nodes
+
+    env_class = bits.AnsibleEnvironment
+    real_compile = env_class.compile
+    real_compile_expression = env_class.compile_expression
+
+    def compile(self, source, name=None, filename=None, raw=False, defer_init=False):
+        expression = _EXPRESSION.get()
+        if isinstance(source, str):
+            kind, text = "template", source
+        elif expression is not None and isinstance(source, nodes.Template):
+            kind, text = "expression", expression
+        else:
+            kind = text = None
+        if raw or kind is None or self._debuggable_template_source:
+            return real_compile(self, source, name, filename, raw, defer_init)
+        try:
+            path = os.path.join(DIRECTORY, f"jinja-{_key(bits, self, f'{kind}:{defer_init}', text, name, filename)}")
+            code = _load(path)
+        except Exception:  # Jinja2's own compile
+            return real_compile(self, source, name, filename, raw, defer_init)
+        if isinstance(code, types.CodeType):
+            return code
+        code = real_compile(self, source, name, filename, raw, defer_init)  # its errors are Jinja2's, raised as they are
+        try:
+            _store(path, code)
+        except Exception:  # no entry: the next worker compiles again
+            pass
+        return code
+
+    def compile_expression(self, source, *args, **kwargs):
+        if not isinstance(source, str) or self._debuggable_template_source:
+            return real_compile_expression(self, source, *args, **kwargs)
+        try:  # a hit skips the parse too: Jinja2 builds the expression's template from the string alone
+            code = _load(os.path.join(DIRECTORY, f"jinja-{_key(bits, self, 'expression:False', source, None, None)}"))
+        except Exception:
+            code = None
+        if isinstance(code, types.CodeType):
+            undefined_to_none = args[0] if args else kwargs.get("undefined_to_none", True)
+            template = self.template_class.from_code(self, code, self.make_globals(None), None)
+            return jinja2.environment.TemplateExpression(template, undefined_to_none)
+        token = _EXPRESSION.set(source)
+        try:
+            return real_compile_expression(self, source, *args, **kwargs)
+        finally:
+            _EXPRESSION.reset(token)
+
+    env_class.compile = compile
+    env_class.compile_expression = compile_expression
+
+
+class _Finder:
+    """Patches the module when it is first imported (nothing of Ansible is imported before)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != MODULE:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            try:
+                _patch(module)
+            except Exception:  # Ansible unchanged
+                pass
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+if DIRECTORY and os.path.isdir(DIRECTORY) and MODULE not in sys.modules and not os.environ.get("SGLANG_TEST_NO_TEMPLATE_CACHE"):
+    sys.meta_path.insert(0, _Finder())
