@@ -661,3 +661,44 @@ def test_template_cache_compiles_a_template_once_per_run_and_keys_it_by_its_text
     broken = run(str(cache), play.replace("| upper }}", "| upper }"))
     assert broken.returncode != 0 and "Syntax error in template" in broken.stdout, broken.stdout[-3000:]
     assert len(list(cache.glob("jinja-*"))) == len(entries) + 1
+
+
+def test_ansiballz_cache_keeps_parsed_yaml_per_path_and_content_and_never_a_vault_file(tmp_path):
+    """The same hook keeps what Ansible parsed from each YAML file (tags included) per path and bytes: the
+    next run uses it (shown by planting another value in the entry); a file changed on disk is parsed
+    again; a vault-encrypted file is never stored; with no cache directory nothing is stored."""
+    import pickle
+
+    vars_file = tmp_path / "values.yml"
+    vars_file.write_text("said: from-the-file\n")
+    play = ("- hosts: localhost\n  gather_facts: false\n  connection: local\n  vars_files: [values.yml]\n  tasks:\n"
+            "    - name: Show\n      ansible.builtin.debug:\n        msg: \"SAID={{ said }}\"\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def said(cache_dir: str, env: dict | None = None) -> str:
+        proc = _playbook_with_hooks(tmp_path, "ansiballz_cache", play,
+                                    {"SGLANG_TEST_ANSIBALLZ_CACHE": cache_dir, **(env or {})})
+        assert proc.returncode == 0 and "SAID=" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return proc.stdout.split("SAID=", 1)[1].split('"', 1)[0]
+
+    assert said("") == "from-the-file" and not list(cache.iterdir())
+    assert said(str(cache)) == "from-the-file"
+    entries = {e: pickle.loads(e.read_bytes()) for e in cache.glob("parsed-*")}
+    (entry,) = [e for e, data in entries.items() if data == {"said": "from-the-file"}]
+    planted = entries[entry]
+    planted["said"] = type(planted["said"])("planted")  # a plain str: the entry keeps Ansible's tagged types
+    entry.write_bytes(pickle.dumps(planted))
+    assert said(str(cache)) == "planted"
+    vars_file.write_text("said: changed-on-disk\n")
+    assert said(str(cache)) == "changed-on-disk"
+    # A vault file: Ansible decrypts it, nothing of it is stored.
+    secret = tmp_path / "vault-pass"
+    secret.write_text("test-vault-pass\n")
+    vault = os.path.join(os.path.dirname(sys.executable), "ansible-vault")
+    subprocess.run([vault, "encrypt", "--vault-password-file", str(secret), str(vars_file)], check=True,
+                   capture_output=True, env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+    before = set(cache.glob("parsed-*"))
+    assert said(str(cache), {"ANSIBLE_VAULT_PASSWORD_FILE": str(secret)}) == "changed-on-disk"
+    stored = b"".join(e.read_bytes() for e in set(cache.glob("parsed-*")) - before)
+    assert b"changed-on-disk" not in stored
