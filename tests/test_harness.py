@@ -616,8 +616,9 @@ def test_plugin_warm_loads_the_filter_plugins_in_ansible_playbook_not_in_each_wo
 def test_template_cache_compiles_a_template_once_per_run_and_keys_it_by_its_text(tmp_path):
     """tests/harness/template_cache.py (active under `make test`): the first run stores the code Jinja2
     compiled for each template and expression; the next run builds its templates from it (shown by
-    planting another constant in an entry); other text is another entry; a template with a syntax error
-    fails as Ansible says, and is not stored; with no cache directory nothing is stored."""
+    planting another constant in an entry), unless a filter the template names is not what it was at the
+    compile; other text is another entry; a template with a syntax error fails as Ansible says, and is
+    not stored; with no cache directory nothing is stored."""
     import marshal
     import types
 
@@ -648,12 +649,20 @@ def test_template_cache_compiles_a_template_once_per_run_and_keys_it_by_its_text
                        for c in code.co_consts)
         return code.replace(co_consts=consts)
 
-    marked = [e for e in entries if "MARKER-" in constants(marshal.loads(e.read_bytes()))]
+    marked = [e for e in entries if "MARKER-" in constants(marshal.loads(e.read_bytes())[0])]
     assert len(marked) == 1, entries  # 'MARKER-' ~ 'ONE': the template's entry
-    marked[0].write_bytes(marshal.dumps(plant(marshal.loads(marked[0].read_bytes()), "MARKER-", "PLANTED-")))
+    code, plugins = marshal.loads(marked[0].read_bytes())
+    assert ("filters", "upper", True, "None") in plugins, plugins
+    marked[0].write_bytes(marshal.dumps((plant(code, "MARKER-", "PLANTED-"), plugins)))
     second = run(str(cache))
     assert second.returncode == 0 and "SAID=PLANTED-ONE" in second.stdout, second.stdout[-3000:]
     assert "WHEN-RAN" in second.stdout
+    # The same entry, recorded as compiled where `upper` asked for the context: not used, compiled again.
+    other = tuple((kind, name, present, "<_PassArg.context: 1>" if name == "upper" else arg)
+                  for kind, name, present, arg in plugins)
+    marked[0].write_bytes(marshal.dumps((plant(code, "MARKER-", "PLANTED-"), other)))
+    assert "SAID=MARKER-ONE" in run(str(cache)).stdout
+    assert marshal.loads(marked[0].read_bytes())[1] == plugins
     # Other text, other entry: a changed template compiles afresh.
     assert "SAID=MARKER-THREE" in run(str(cache), play.replace("'ONE'", "'THREE'")).stdout
     assert len(list(cache.glob("jinja-*"))) == len(entries) + 1

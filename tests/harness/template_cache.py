@@ -13,7 +13,10 @@ ansiballz_cache.py, removed at the end), and builds the template from it, as Jin
 ``from_string`` does with a fresh compile. The key holds everything the compile reads: the source
 string, the template's name and file name, the environment's class, lexer settings, extensions,
 finalize and autoescape, the backslash-escaping state Ansible's lexer reads, and the versions of
-Ansible, Jinja2 and Python. Only a compile that succeeded is kept (a syntax error is compiled, and
+Ansible, Jinja2 and Python. The code Jinja2 generates also depends on the filters and tests the
+template names (whether the environment has each, and whether it asks for the context): the entry
+records them, and is used only where the environment looking them up now gives the same answers (the
+template looks them up when it runs anyway). Only a compile that succeeded is kept (a syntax error is compiled, and
 raised, as Ansible does); a template node built by other code, Ansible's template debugging, and any
 error in the hook fall back to Jinja2's own code. SGLANG_TEST_NO_TEMPLATE_CACHE=1 turns it off, to
 compare. Active only under run_tests.py, like ansiballz_cache.py: `make demo`, a lone pytest or
@@ -59,6 +62,7 @@ def _key(bits, env, kind: str, source: str, name, filename) -> str:
 
 
 def _load(path: str):
+    """The entry's (code, plugins) or None."""
     import marshal
 
     try:
@@ -68,18 +72,54 @@ def _load(path: str):
         return None
 
 
-def _store(path: str, code) -> None:
+def _store(path: str, entry) -> None:
     import marshal
 
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
-        marshal.dump(code, fh)
+        marshal.dump(entry, fh)
     os.replace(tmp, path)
 
 
-def _patch(bits) -> None:
+def _plugins(env, tree) -> tuple:
+    """The filters and tests a template's nodes name, each with what Jinja2's code generator reads of it:
+    whether the environment has it, and which argument it asks to be passed (context, environment...)."""
+    from jinja2 import nodes
+    from jinja2.utils import _PassArg
+
+    found = []
+    for kind, node_type in (("filters", nodes.Filter), ("tests", nodes.Test)):
+        mapping = getattr(env, kind)
+        for name in sorted({node.name for node in tree.find_all(node_type)}):
+            func = mapping.get(name)
+            found.append((kind, name, func is not None, repr(_PassArg.from_obj(func))))
+    return tuple(found)
+
+
+def _same_plugins(env, plugins) -> bool:
+    from jinja2.utils import _PassArg
+
+    try:
+        for kind, name, present, pass_arg in plugins:
+            func = getattr(env, kind).get(name)
+            if (func is not None) != present or repr(_PassArg.from_obj(func)) != pass_arg:
+                return False
+    except Exception:  # a plugin that fails to load: Jinja2's own compile says so
+        return False
+    return True
+
+
+def _usable(env, entry):
+    """The entry's code, where the filters and tests it names are what they were at its compile."""
     import types
 
+    if (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], types.CodeType)
+            and _same_plugins(env, entry[1])):
+        return entry[0]
+    return None
+
+
+def _patch(bits) -> None:
     import jinja2
     from jinja2 import nodes
 
@@ -99,14 +139,15 @@ def _patch(bits) -> None:
             return real_compile(self, source, name, filename, raw, defer_init)
         try:
             path = os.path.join(DIRECTORY, f"jinja-{_key(bits, self, f'{kind}:{defer_init}', text, name, filename)}")
-            code = _load(path)
+            code = _usable(self, _load(path))
         except Exception:  # Jinja2's own compile
             return real_compile(self, source, name, filename, raw, defer_init)
-        if isinstance(code, types.CodeType):
+        if code is not None:
             return code
         code = real_compile(self, source, name, filename, raw, defer_init)  # its errors are Jinja2's, raised as they are
         try:
-            _store(path, code)
+            tree = source if kind == "expression" else self.parse(source, name, filename)
+            _store(path, (code, _plugins(self, tree)))
         except Exception:  # no entry: the next worker compiles again
             pass
         return code
@@ -115,10 +156,11 @@ def _patch(bits) -> None:
         if not isinstance(source, str) or self._debuggable_template_source:
             return real_compile_expression(self, source, *args, **kwargs)
         try:  # a hit skips the parse too: Jinja2 builds the expression's template from the string alone
-            code = _load(os.path.join(DIRECTORY, f"jinja-{_key(bits, self, 'expression:False', source, None, None)}"))
+            path = os.path.join(DIRECTORY, f"jinja-{_key(bits, self, 'expression:False', source, None, None)}")
+            code = _usable(self, _load(path))
         except Exception:
             code = None
-        if isinstance(code, types.CodeType):
+        if code is not None:
             undefined_to_none = args[0] if args else kwargs.get("undefined_to_none", True)
             template = self.template_class.from_code(self, code, self.make_globals(None), None)
             return jinja2.environment.TemplateExpression(template, undefined_to_none)
