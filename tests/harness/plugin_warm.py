@@ -6,7 +6,7 @@ first filter or test a task's templates use (`| int`, `is defined`...) makes the
 every filter (or test) plugin file on its paths and wrap what they hold. ansible-playbook itself
 rarely templates, so its loader stays empty, and each worker does that work again and throws it away
 when it exits: about 10 ms of CPU per task here (a playbook of 200 `assert` tasks on one host: 7.0-8.6
-CPU-s before, 5.6-6.1 after; in a validation run of role sglang_model, cProfile in every worker, 333
+CPU-s before, 5.3-6.1 after; in a validation run of role sglang_model, cProfile in every worker, 333
 rebuilds in 224 workers, before). Loaded in the parent, the wrappers are inherited by every fork.
 
 What a task gets is unchanged: the loader's own code fills its own cache, the same way the first

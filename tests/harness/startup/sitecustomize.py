@@ -3,14 +3,14 @@
 The Makefile puts this directory first on PYTHONPATH for pytest, molecule, `make test` and `make demo`
 (HARNESS_ENV), so that Python imports this module at start-up (site.py's ``sitecustomize``); the
 operators' `make venv` installs none of it. It loads tests/harness/zip_pycache.py (the bytecode of
-Ansible's module zips kept between tasks) and tests/harness/ansiballz_cache.py (module payloads and
-routing tables shared between the ansible-playbook runs of one `make test`; inactive unless
-run_tests.py sets SGLANG_TEST_ANSIBALLZ_CACHE), tests/harness/template_cache.py (Jinja2 templates compiled once
-per run, same condition), tests/harness/plugin_warm.py (Jinja2 filter and test plugins loaded
-once per play in ansible-playbook, not again in each task's worker) and tests/harness/run_cost.py (each ansible-playbook
-run's CPU time, for the table of where a job's time went; inactive unless run_tests.py sets
-SGLANG_TEST_RUN_COST), then the ``sitecustomize`` this one hides, if any
-(Debian's, for instance).
+Ansible's module zips kept between tasks), tests/harness/ansiballz_cache.py (module payloads, routing
+tables and parsed YAML files shared between the ansible-playbook runs of one `make test`; inactive
+unless run_tests.py sets SGLANG_TEST_ANSIBALLZ_CACHE), tests/harness/template_cache.py (Jinja2
+templates compiled once per `make test`, same condition), tests/harness/plugin_warm.py (Jinja2 filter
+and test plugins loaded in ansible-playbook before it forks a task's worker, not again in each worker)
+and tests/harness/run_cost.py (each ansible-playbook run's CPU time, for the table of where a job's
+time went; inactive unless run_tests.py sets SGLANG_TEST_RUN_COST), then the ``sitecustomize`` this
+one hides, if any (Debian's, for instance).
 """
 
 from __future__ import annotations
