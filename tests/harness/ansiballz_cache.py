@@ -17,7 +17,7 @@ before it built from the same files:
   data, with its tags (the origin of every value, and trust as a template), pickled per path and
   content, and hands out a fresh unpickled copy (~1 ms for the server's argument specs, against 16 ms
   to parse and 19 to deep-copy them). A vault-encrypted file, or one with a `!vault` value, is parsed
-  by Ansible and never stored.
+  by Ansible and never stored. SGLANG_TEST_NO_PARSE_CACHE=1 turns this part off, to compare.
 
 Active only where tests/harness/run_tests.py sets SGLANG_TEST_ANSIBALLZ_CACHE (a directory it
 creates for its own run and removes at the end), in the harness's own venv (the Makefile installs
@@ -167,6 +167,9 @@ def _patch_routing(finder) -> None:
 def _patch_loader(dataloader) -> None:
     import hashlib
     import pickle
+
+    if os.environ.get("SGLANG_TEST_NO_PARSE_CACHE"):  # to compare
+        return
 
     real = dataloader.DataLoader.load_from_file
 
