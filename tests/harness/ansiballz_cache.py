@@ -230,36 +230,7 @@ PATCHES = {"ansible.executor.module_common": _patch,
            "ansible.parsing.dataloader": _patch_loader}
 
 
-class _Finder:
-    """Patches each module of PATCHES when it is first imported (nothing of Ansible is imported before)."""
+if DIRECTORY and os.path.isdir(DIRECTORY):
+    from import_hooks import patch_on_import
 
-    def __init__(self):
-        self.pending = dict(PATCHES)
-
-    def find_spec(self, fullname, path=None, target=None):
-        patch = self.pending.pop(fullname, None)
-        if patch is None:
-            return None
-        if not self.pending:
-            sys.meta_path.remove(self)
-        import importlib.util
-
-        # The real spec, found by the finders after this one (this one no longer answers for the name).
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module):
-            exec_module(module)
-            try:
-                patch(module)
-            except Exception:  # Ansible unchanged
-                pass
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
-
-
-if DIRECTORY and os.path.isdir(DIRECTORY) and not set(PATCHES) & set(sys.modules):
-    sys.meta_path.insert(0, _Finder())
+    patch_on_import(PATCHES)

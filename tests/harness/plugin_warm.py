@@ -45,31 +45,7 @@ def _patch(strategy) -> None:
     strategy.StrategyBase._queue_task = _queue_task
 
 
-class _Finder:
-    """Patches the module when ansible-playbook first imports it."""
+if os.path.basename(sys.argv[0] if sys.argv else "") == "ansible-playbook" and not os.environ.get("SGLANG_TEST_NO_PLUGIN_WARM"):
+    from import_hooks import patch_on_import
 
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != MODULE:
-            return None
-        sys.meta_path.remove(self)
-        import importlib.util
-
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module):
-            exec_module(module)
-            try:
-                _patch(module)
-            except Exception:  # Ansible unchanged
-                pass
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
-
-
-if (os.path.basename(sys.argv[0] if sys.argv else "") == "ansible-playbook"
-        and not os.environ.get("SGLANG_TEST_NO_PLUGIN_WARM") and MODULE not in sys.modules):
-    sys.meta_path.insert(0, _Finder())
+    patch_on_import({MODULE: _patch})

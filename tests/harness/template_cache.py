@@ -174,30 +174,7 @@ def _patch(bits) -> None:
     env_class.compile_expression = compile_expression
 
 
-class _Finder:
-    """Patches the module when it is first imported (nothing of Ansible is imported before)."""
+if DIRECTORY and os.path.isdir(DIRECTORY) and not os.environ.get("SGLANG_TEST_NO_TEMPLATE_CACHE"):
+    from import_hooks import patch_on_import
 
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != MODULE:
-            return None
-        sys.meta_path.remove(self)
-        import importlib.util
-
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module):
-            exec_module(module)
-            try:
-                _patch(module)
-            except Exception:  # Ansible unchanged
-                pass
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
-
-
-if DIRECTORY and os.path.isdir(DIRECTORY) and MODULE not in sys.modules and not os.environ.get("SGLANG_TEST_NO_TEMPLATE_CACHE"):
-    sys.meta_path.insert(0, _Finder())
+    patch_on_import({MODULE: _patch})
