@@ -12,7 +12,8 @@ directory run_tests.py makes for its run (SGLANG_TEST_ANSIBALLZ_CACHE, shared wi
 ansiballz_cache.py, removed at the end), and builds the template from it, as Jinja2's own
 ``from_string`` does with a fresh compile. The key holds everything the compile reads: the source
 string, the template's name and file name, the environment's class, lexer settings, extensions,
-finalize and autoescape, the backslash-escaping state Ansible's lexer reads, and the versions of
+finalize and autoescape, the backslash-escaping state Ansible's lexer reads, whether Ansible allows
+embedded templates (its code generator reads it), and the versions of
 Ansible, Jinja2 and Python. The code Jinja2 generates also depends on the filters and tests the
 template names (whether the environment has each, and whether it asks for the context): the entry
 records them, and is used only where the environment looking them up now gives the same answers (the
@@ -55,7 +56,9 @@ def _key(bits, env, kind: str, source: str, name, filename) -> str:
              repr(bool(getattr(env, "optimized", True))), repr(bool(getattr(env, "is_async", False))),
              repr(env.autoescape if isinstance(env.autoescape, bool) else id(env.autoescape)),
              "" if finalize is None else f"{getattr(finalize, '__module__', '')}.{getattr(finalize, '__qualname__', '')}",
-             repr(None if ctx is None else ctx.escape_backslashes)]
+             repr(None if ctx is None else ctx.escape_backslashes),
+             # Ansible's code generator inlines constant strings differently with embedded templates allowed.
+             repr(getattr(bits._TemplateConfig, "allow_embedded_templates", None))]
     digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape"))
     digest.update(b"\0" + str(source).encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
