@@ -14,6 +14,7 @@ list true).
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import defaultdict
 
@@ -133,3 +134,45 @@ def test_no_role_sets_a_fact_under_another_roles_prefix():
                 if who and who != role:
                     wrong.append(f"{role}/tasks/{path.name}: {name}")
     assert wrong == []
+
+
+# A read of the endpoint role sglang_server records (ansible_local.sglang_server.endpoint): a template's
+# `.sglang_server | default({})).endpoint`, a filter's `['sglang_server']['endpoint']` or `'sglang_server').get('endpoint'`.
+ENDPOINT_READ = re.compile(r"sglang_server\W{1,30}?(?:(?:default\(\{\}\)|get)\W{1,6})?endpoint\b")
+
+
+def endpoint_readers(role: str) -> set[str]:
+    """The files of a role that read the server's recorded endpoint: what Jinja evaluates in its tasks, defaults,
+    vars and templates (comments and messages aside), and the code of its Python (docstrings and comments aside)."""
+    base = ROLES / role
+    files = set()
+    for path in sorted(base.rglob("*")):
+        rel = path.relative_to(base)
+        if not path.is_file() or rel.parts[0] in ("meta", "files") or path.name == "README.md":
+            continue
+        if path.suffix in (".yml", ".yaml"):
+            text = expressions(yaml.safe_load(path.read_text()))
+        elif path.suffix == ".py":
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                body = getattr(node, "body", None)
+                if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                        and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                    body[0] = ast.Pass()  # the docstring
+            text = ast.unparse(tree)
+        else:
+            text = " ".join(JINJA.findall(re.sub(r"\{#.*?#\}", "", path.read_text())))
+        if ENDPOINT_READ.search(text):
+            files.add(str(rel))
+    return files
+
+
+def test_each_role_reads_the_servers_endpoint_in_one_place():
+    """Issue 41's walk of the endpoint: a role that needs where a server serves reads role sglang_server's record in
+    one file (a filter plugin or its vars) and hands on what it found; its tasks never read the record again."""
+    readers = {role: endpoint_readers(role) for role in ROLE_NAMES if role != "sglang_server"}
+    assert {role: files for role, files in readers.items() if len(files) > 1} == {}
+    # The scan finds the readers there are (were the pattern to miss them, the check above would pass on nothing).
+    assert readers["sglang_router"] == {"filter_plugins/sglang_router.py"}
+    assert readers["sglang_monitoring"] == {"filter_plugins/sglang_monitoring.py"}
+    assert readers["sglang_bench"] == {"vars/main.yml"}

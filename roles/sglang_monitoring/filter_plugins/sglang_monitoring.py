@@ -14,6 +14,13 @@ A host whose role has recorded nothing yet is an error naming it (run that role 
 else it is left out (the validation before any host changes: a new host's roles record on their first run).
 Node exporter and DCGM: the endpoint this role's validation publishes on each GPU host
 (hostvars[h].sglang_monitoring_exporter_endpoint).
+
+    {{ inventory_hostname | sglang_monitoring_taken_ports(hostvars, server=true, router=false) }}
+    -> [30000]: the ports this host's SGLang server (with ``server``) and router (with ``router``) recorded
+       taking; [] before their first run there
+
+This module is the role's only reader of the servers' endpoints (ansible_local.sglang_server.endpoint) and the
+routers' ports (ansible_local.sglang_router); its tasks use these filters.
 """
 
 from __future__ import annotations
@@ -102,6 +109,20 @@ def sglang_monitoring_targets(groups, hostvars, me, server_group="gpu_hosts", ro
     return {"jobs": jobs, "errors": errors}
 
 
+def sglang_monitoring_taken_ports(host, hostvars, server=True, router=True):
+    """The ports the SGLang server and the router on ``host`` recorded (their local facts), for the clash check."""
+    ports = []
+    if server:
+        endpoint = local_fact(hostvars, host, "sglang_server").get("endpoint") or {}
+        if "port" in endpoint:
+            ports.append(int(endpoint["port"]))
+    if router:
+        recorded = local_fact(hostvars, host, "sglang_router")
+        if "port" in recorded:
+            ports += [int(recorded["port"]), int(recorded["prometheus_port"])]
+    return ports
+
+
 def sglang_monitoring_mountpoint(mounts, path):
     """The mount point (of Ansible's mount facts) that holds `path`: the longest prefix."""
     path = str(path).rstrip("/") or "/"
@@ -124,4 +145,5 @@ class FilterModule:
     def filters(self):
         return {"sglang_monitoring_targets": sglang_monitoring_targets,
                 "sglang_monitoring_static_config": sglang_monitoring_static_config,
-                "sglang_monitoring_mountpoint": sglang_monitoring_mountpoint}
+                "sglang_monitoring_mountpoint": sglang_monitoring_mountpoint,
+                "sglang_monitoring_taken_ports": sglang_monitoring_taken_ports}

@@ -7,7 +7,8 @@ answer a health stub only, which a router would take for a healthy worker) and c
 router itself:
 
     {{ groups[sglang_router_worker_group] | sglang_router_endpoints(hostvars) }}
-    -> [{"host": "gpu1", "url": "http://10.0.0.11:30000"}, ...]
+    -> [{"host": "gpu1", "url": "http://10.0.0.11:30000", "local_url": "http://127.0.0.1:30000", "keyed": true}, ...]
+       (url: where the router reaches it; local_url: where its own host does; keyed: clients must send the key)
 
     {{ groups[sglang_router_worker_group] | sglang_router_endpoints(hostvars, required=false) }}
     -> the same, leaving out the hosts whose server has recorded none yet (check mode: a new host's server
@@ -15,6 +16,11 @@ router itself:
 
     {{ hosts | sglang_router_key_mismatches(hostvars, sglang_common_api_key) }}
     -> names of the hosts whose server is given another API key (sglang_common_api_key; never the keys)
+
+    {{ inventory_hostname | sglang_router_server_port(hostvars) }}
+    -> the port the server on that host recorded, or None (no server has run there)
+
+This module is the role's only reader of the server's record: its tasks use these filters.
 
 The drain (what a server still has in flight) is module sglang_router_drain's (library/).
 
@@ -76,8 +82,15 @@ def sglang_router_endpoints(hosts, hostvars, required=True):
                 f"{urls[url]} and {host} both give the worker URL {url}: set sglang_server_advertise_address "
                 "or sglang_server_port so that every GPU host has its own")
         urls[url] = host
-        endpoints.append({"host": host, "url": url})
+        endpoints.append({"host": host, "url": url, "local_url": endpoint["local_url"],
+                          "keyed": bool(endpoint.get("api_key_sha256"))})
     return endpoints
+
+
+def sglang_router_server_port(host, hostvars):
+    """The port the server on ``host`` recorded, or None where none has run (a router-only host, a new host)."""
+    endpoint = recorded_endpoint(host, hostvars)
+    return None if endpoint is None else int(endpoint["port"])
 
 
 def sglang_router_key_mismatches(hosts, hostvars, key):
@@ -101,4 +114,5 @@ class FilterModule:
         return {
             "sglang_router_endpoints": sglang_router_endpoints,
             "sglang_router_key_mismatches": sglang_router_key_mismatches,
+            "sglang_router_server_port": sglang_router_server_port,
         }

@@ -134,6 +134,16 @@ def test_a_host_whose_role_recorded_nothing_is_named_with_the_role_to_run_first(
     assert lenient["errors"] == [] and lenient["jobs"] == got["jobs"]
 
 
+def test_the_ports_a_hosts_server_and_router_recorded_for_the_clash_check() -> None:
+    router = {"sglang_router": {"port": 30080, "prometheus_port": 29000}}
+    hostvars = {"both": {"ansible_local": {**endpoint("both", True), **router}}, "new": {}, "bare": {"ansible_local": {}}}
+    assert filters.sglang_monitoring_taken_ports("both", hostvars) == [30000, 30080, 29000]
+    assert filters.sglang_monitoring_taken_ports("both", hostvars, server=True, router=False) == [30000]
+    assert filters.sglang_monitoring_taken_ports("both", hostvars, server=False, router=True) == [30080, 29000]
+    assert filters.sglang_monitoring_taken_ports("new", hostvars) == []
+    assert filters.sglang_monitoring_taken_ports("bare", hostvars) == []
+
+
 @pytest.mark.parametrize("starts_dir", ["", "/var/lib/sglang/starts"], ids=["no-record", "record"])
 def test_the_publishing_unit_keeps_its_lines_with_and_without_a_start_record(tmp_path, starts_dir) -> None:
     """The service's ExecStart ends where its line ends (a Jinja block tag at a line's end once ate the newline:

@@ -24,8 +24,10 @@ filters = load("roles/sglang_router/filter_plugins/sglang_router.py", "sglang_ro
 def ep(host, url, serves_http=True, key=None):
     """A GPU host's variables as the router sees them: the endpoint its server recorded (ansible_local), and the
     shared API key as the inventory sets it for the host (None: not set there)."""
+    port = url.rsplit(":", 1)[-1]
     hostvars = {"ansible_local": {"sglang_server": {"schema": 2, "endpoint": {
-        "host": host, "url": url, "serves_http": serves_http,
+        "host": host, "url": url, "serves_http": serves_http, "port": int(port) if port.isdigit() else 0,
+        "local_url": f"http://127.0.0.1:{port}",
         "api_key_sha256": hashlib.sha256(key.encode()).hexdigest() if key else ""}}}}
     return hostvars if key is None else dict(hostvars, sglang_common_api_key=key)
 
@@ -34,7 +36,22 @@ def test_only_hosts_that_serve_http_are_workers_in_inventory_order():
     hostvars = {"a": ep("a", "http://10.0.0.1:30000"), "b": ep("b", "http://10.0.0.2:30000", serves_http=False),
                 "c": ep("c", "http://10.0.0.3:31000")}
     assert filters.sglang_router_endpoints(["a", "b", "c"], hostvars) == [
-        {"host": "a", "url": "http://10.0.0.1:30000"}, {"host": "c", "url": "http://10.0.0.3:31000"}]
+        {"host": "a", "url": "http://10.0.0.1:30000", "local_url": "http://127.0.0.1:30000", "keyed": False},
+        {"host": "c", "url": "http://10.0.0.3:31000", "local_url": "http://127.0.0.1:31000", "keyed": False}]
+
+
+def test_the_endpoint_tells_where_its_own_host_reaches_it_and_whether_it_wants_the_key():
+    """What the drain (tasks/leave.yml) needs of the host's own server, from the same record as the workers."""
+    hostvars = {"gpu1": ep("gpu1", "http://10.0.0.1:31000", key="k1")}
+    assert filters.sglang_router_endpoints(["gpu1"], hostvars) == [
+        {"host": "gpu1", "url": "http://10.0.0.1:31000", "local_url": "http://127.0.0.1:31000", "keyed": True}]
+
+
+def test_the_port_a_hosts_server_recorded_or_none_before_its_first_run():
+    hostvars = {"gpu1": ep("gpu1", "http://10.0.0.1:31000"), "router1": {"ansible_local": {}}, "new": {}}
+    assert filters.sglang_router_server_port("gpu1", hostvars) == 31000
+    assert filters.sglang_router_server_port("router1", hostvars) is None
+    assert filters.sglang_router_server_port("new", hostvars) is None
 
 
 @pytest.mark.parametrize("facts", [{}, {"ansible_local": {}}, {"ansible_local": {"sglang_server": {"schema": 1}}}],
@@ -48,8 +65,7 @@ def test_a_gpu_host_whose_server_recorded_no_endpoint_fails_naming_it(facts):
 
 def test_check_mode_leaves_out_the_hosts_not_recorded_yet():
     hostvars = {"gpu1": ep("gpu1", "http://h:1"), "gpu2": {"ansible_local": {}}}
-    assert filters.sglang_router_endpoints(["gpu1", "gpu2"], hostvars, required=False) == [
-        {"host": "gpu1", "url": "http://h:1"}]
+    assert [e["host"] for e in filters.sglang_router_endpoints(["gpu1", "gpu2"], hostvars, required=False)] == ["gpu1"]
     with pytest.raises(filters.AnsibleFilterError, match="sglang_router_worker_group names no hosts"):
         filters.sglang_router_endpoints([], {}, required=False)
 
@@ -83,7 +99,7 @@ INVENTORY = {
                 "gpu2": {"ansible_host": "10.0.0.12", "sglang_server_port": 31000},
                 "gpu3": {"ansible_host": "192.0.2.3", "sglang_server_advertise_address": "gpu3.internal"},
                 "gpu4": {},
-                "v6": {"ansible_host": "fd00::11"},
+                "v6": {"ansible_host": "fd00::11", "sglang_server_host": "fd00::11"},
                 "node0": {"ansible_host": "10.1.0.1", "sglang_server_multinode_group": "tp16"},
                 "node1": {"ansible_host": "10.1.0.2", "sglang_server_multinode_group": "tp16"},
             }},
@@ -119,7 +135,7 @@ def run_endpoints(tmp_path, inventory, servers="gpu_hosts"):
 def test_the_servers_endpoints_become_the_routers_workers(tmp_path):
     proc, got = run_endpoints(tmp_path, INVENTORY)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert got["workers"] == [
+    assert [{"host": w["host"], "url": w["url"]} for w in got["workers"]] == [
         {"host": "gpu1", "url": "http://10.0.0.11:30000"},
         {"host": "gpu2", "url": "http://10.0.0.12:31000"},
         {"host": "gpu3", "url": "http://gpu3.internal:30000"},
@@ -127,6 +143,10 @@ def test_the_servers_endpoints_become_the_routers_workers(tmp_path):
         {"host": "v6", "url": "http://[fd00::11]:30000"},
         {"host": "node0", "url": "http://10.1.0.1:30000"},  # the head of tp16; node1 serves no HTTP
     ]
+    # Where the host itself reaches its server (the drain), and that it wants the key: from the same record.
+    assert got["workers"][0]["local_url"] == "http://127.0.0.1:30000" and got["workers"][0]["keyed"] is True
+    # A server bound to an IPv6 address is reached there, in brackets.
+    assert got["workers"][4]["host"] == "v6" and got["workers"][4]["local_url"] == "http://[fd00::11]:30000"
     gpu1 = got["gpu1"]
     assert gpu1 == {"host": "gpu1", "serves_http": True, "group": "", "node_rank": 0, "nnodes": 1, "address": "10.0.0.11",
                     "port": 30000, "url": "http://10.0.0.11:30000", "bind": "0.0.0.0", "local_url": "http://127.0.0.1:30000",
@@ -146,7 +166,7 @@ def test_explicit_node_ranks_choose_the_head(tmp_path):
     hosts["node1"]["sglang_server_node_rank"] = 0
     proc, got = run_endpoints(tmp_path, inventory)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert {"host": "node1", "url": "http://10.1.0.2:30000"} in got["workers"]
+    assert {"host": "node1", "url": "http://10.1.0.2:30000"} in [{"host": w["host"], "url": w["url"]} for w in got["workers"]]
     assert all(w["host"] != "node0" for w in got["workers"])
 
 
