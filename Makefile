@@ -26,7 +26,7 @@ HARNESS_ENV = $(HARNESS_PYTHONPATH) \
 
 help:
 	@echo "make demo   converge site.yml against a local simulated GPU host and print the report"
-	@echo "make test   lint, then pytest and every molecule scenario ($(SCENARIOS)), two at a time"
+	@echo "make test   lint, then pytest and every molecule scenario ($(SCENARIOS)), three at a time"
 	@echo "make lint | pytest | molecule [SCENARIOS=...] | demo-clean | clean"
 
 $(VENV)/.stamp: requirements.txt
@@ -76,7 +76,7 @@ molecule: venv hostsetup mirror sources fixtures
 	  echo "== molecule $$s: $$(( $$(date +%s) - start )) s"; \
 	done
 
-# Lint, pytest and the scenarios two at a time, then the timing tests alone (per-job times at the end).
+# Lint, pytest and the scenarios three at a time (TEST_JOBS=2 for two), then the timing tests alone (per-job times at the end).
 test: venv hostsetup mirror sources fixtures
 	$(HARNESS_ENV) $(BIN)/python tests/harness/run_tests.py --scenarios "$(SCENARIOS)"
 
